@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Creates the trm_spmd Python environment once and reuses it while requirements.lock is
+# unchanged; installs this checkout into it (editable). Progress goes to stderr; the only
+# line on stdout, the last line of output, is the environment's python:
+#   PY=$(bash launch/setup.sh) && $PY -m pytest tests
+# Options: --tpu (adds libtpu for TPU VMs), --help.
+# Environment: TRM_SPMD_PYTHON (interpreter to build from, default python3),
+#              TRM_SPMD_ENV_ROOT (where environments live, default ~/.cache/trm_spmd).
+set -euo pipefail
+
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+tpu=0
+for arg in "$@"; do
+  case "$arg" in
+    --tpu) tpu=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+base_python="${TRM_SPMD_PYTHON:-python3}"
+if ! command -v "$base_python" >/dev/null; then
+  echo "setup.sh: $base_python not found; install Python 3.10-3.12 or set TRM_SPMD_PYTHON" >&2
+  exit 1
+fi
+pyver="$("$base_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+case "$pyver" in
+  3.10|3.11|3.12) ;;
+  *) echo "setup.sh: Python $pyver is not supported (torch_xla 2.9 needs 3.10-3.12); set TRM_SPMD_PYTHON" >&2; exit 1 ;;
+esac
+
+key="$( { cat "$repo/requirements.lock"; echo "python=$pyver tpu=$tpu $(uname -sm)"; } | sha256sum | cut -c1-12)"
+root="${TRM_SPMD_ENV_ROOT:-$HOME/.cache/trm_spmd}"
+venv="$root/venv-$key"
+py="$venv/bin/python"
+mkdir -p "$root"
+
+say() { echo "[setup] $*" >&2; }
+
+# One set-up at a time per environment: a second caller waits, then reuses the result.
+exec 9>"$venv.lock"
+flock 9
+
+if [ ! -f "$venv/.complete" ]; then
+  start=$SECONDS
+  say "creating $venv (torch and torch_xla are several GB: minutes, once; later runs reuse it)"
+  rm -rf "$venv"
+  "$base_python" -m venv "$venv" >&2
+  say "step 1/3: pip"
+  "$py" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+  say "step 2/3: pinned packages from requirements.lock"
+  "$py" -m pip install --disable-pip-version-check --progress-bar off -r "$repo/requirements.lock" >&2
+  if [ "$tpu" = 1 ]; then
+    say "step 2b/3: libtpu for TPU VMs"
+    "$py" -m pip install --disable-pip-version-check 'torch_xla[tpu]==2.9.0' >&2
+  fi
+  touch "$venv/.complete"
+  say "environment ready in $((SECONDS - start)) s"
+else
+  say "reusing $venv"
+fi
+
+# The editable install points the environment at this checkout; redo it only when it
+# points elsewhere (another clone sharing the same environment).
+installed="$(cd / && "$py" -c 'import os, trm_spmd; print(os.path.dirname(os.path.dirname(os.path.abspath(trm_spmd.__file__))))' 2>/dev/null || true)"
+if [ "$installed" != "$repo" ]; then
+  say "step 3/3: installing $repo (editable)"
+  "$py" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e "$repo" >&2
+fi
+echo "$py"

@@ -1,0 +1,132 @@
+"""The one schema of every field a trm_spmd run can set.
+
+Config files start from `default_config()` and change fields; they never add keys
+(the config is locked, so a typo in a file or on the command line fails with
+"Did you mean ...").  Defaults are the paper's Sudoku-Extreme settings
+(docs: TRM_SPEC.md), so a field a file leaves alone means "as the reference".
+"""
+
+import ml_collections
+
+
+def default_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.name = 'baseline'          # experiment family, used in tables and plots
+    c.variant = ''               # named variant within the family (e.g. 't3_n6')
+    c.mode = 'train'             # 'train' | 'eval' (eval-only on a restored/imported checkpoint)
+    c.seed = 0
+    c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla if PJRT_DEVICE is set or a TPU exists)
+    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (TinyRecursiveModels state_dict)
+
+    # ---- data --------------------------------------------------------------
+    c.data = d = ml_collections.ConfigDict()
+    d.path = ''                  # dataset dir in the official TinyRecursiveModels layout
+    d.generate = False           # build the dataset with the built-in generator if `path` is missing
+    d.generate_train = 5000      # generated training puzzles
+    d.generate_test = 500        # generated held-out puzzles
+    d.generate_blanks = (30, 45)  # blanks per generated puzzle, inclusive range
+    d.augment = False            # on-the-fly symmetry augmentation of training batches
+    d.global_batch_size = 768
+    d.prefetch = 2               # batches prepared ahead by a background thread
+
+    # ---- model -------------------------------------------------------------
+    c.model = m = ml_collections.ConfigDict()
+    m.hidden_size = 512
+    m.num_heads = 8
+    m.expansion = 4.0
+    m.H_cycles = 3               # T in the paper
+    m.L_cycles = 6               # n in the paper
+    m.L_layers = 2
+    m.mlp_t = True               # token-mixing MLP (True) or self-attention (False)
+    m.pos_encodings = 'none'     # 'rope' | 'learned' | 'none'
+    m.rope_theta = 10000.0
+    m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
+    m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
+    m.rms_norm_eps = 1e-5
+    m.forward_dtype = 'bfloat16'  # 'bfloat16' | 'float32'
+    m.grad_checkpointing = False  # recompute the grad cycle's activations in backward
+
+    # ---- ACT / deep supervision ---------------------------------------------
+    c.act = a = ml_collections.ConfigDict()
+    a.halt_max_steps = 16
+    a.exploration_prob = 0.1
+    a.no_ACT_continue = True
+    # Adaptive halting: exploration probability decays linearly from exploration_prob to
+    # exploration_prob_final over training (equal values: no decay, the reference).
+    a.exploration_prob_final = 0.1
+
+    # ---- loss --------------------------------------------------------------
+    c.loss = l = ml_collections.ConfigDict()
+    l.type = 'stablemax'         # 'stablemax' | 'softmax'
+    l.q_loss_weight = 0.5
+
+    # ---- optimizer and schedule --------------------------------------------
+    c.optim = o = ml_collections.ConfigDict()
+    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion'
+    o.lr = 1e-4
+    o.beta1 = 0.9
+    o.beta2 = 0.95
+    o.weight_decay = 1.0
+    o.eps = 1e-8                 # adamw only (AdamATan2 and Lion have none)
+    o.puzzle_emb_lr = 1e-4
+    o.puzzle_emb_weight_decay = 1.0
+    o.warmup_steps = 2000
+    o.lr_min_ratio = 1.0         # cosine floor as a fraction of lr (1.0: constant after warmup)
+    o.grad_clip = 0.0            # global-norm clip; 0 disables
+    o.grad_accum_steps = 1       # micro-batches per optimizer step
+
+    c.train = t = ml_collections.ConfigDict()
+    t.epochs = 50000             # passes over the training groups (the reference's unit)
+    t.total_steps = 0            # > 0 overrides epochs
+    t.eval_every_epochs = 5000
+    t.eval_every_steps = 0       # > 0 overrides eval_every_epochs
+    t.log_every_steps = 100
+    t.nan_policy = 'stop'        # 'stop' | 'skip' (skip the update of a non-finite step)
+
+    # Curriculum recursion: the model trains with (H_cycles, L_cycles) of the stage whose
+    # start fraction of training has been reached; one compiled graph per distinct stage.
+    c.curriculum = cu = ml_collections.ConfigDict()
+    cu.enabled = False
+    cu.start_fractions = (0.0,)
+    cu.H_cycles = (3,)
+    cu.L_cycles = (6,)
+
+    c.ema = e = ml_collections.ConfigDict()
+    e.enabled = True
+    e.decay = 0.999
+
+    # ---- evaluation ---------------------------------------------------------
+    c.eval = v = ml_collections.ConfigDict()
+    v.global_batch_size = 768
+    v.max_examples = 0           # 0: the whole test split
+    v.save_outputs = False       # per-puzzle logits / q_halt / predictions to DIR/eval/outputs_STEP.npz
+    v.difficulty_buckets = ()    # rating bucket edges; () picks defaults from the data
+
+    # ---- device mesh --------------------------------------------------------
+    c.mesh = mm = ml_collections.ConfigDict()
+    mm.shape = (-1, 1)           # (data, model); -1 fills with the device count
+    mm.axis_names = ('data', 'model')
+
+    # ---- checkpoints, logging, compilation ------------------------------------
+    c.checkpoint = k = ml_collections.ConfigDict()
+    k.every_steps = 1000
+    k.keep = 3                   # newest checkpoints kept
+    k.keep_best = 1              # best-by-eval-exact-accuracy kept, separately from the newest
+    k.async_save = True
+
+    c.logging = g = ml_collections.ConfigDict()
+    g.tensorboard = True
+    g.console_every_steps = 0    # 0: same as train.log_every_steps
+
+    c.xla = x = ml_collections.ConfigDict()
+    x.cache_dir = ''             # '' -> ~/.cache/trm_spmd/xla_cache
+    x.max_different_graphs = 8
+
+    c.native = n = ml_collections.ConfigDict()
+    n.compile = 'none'           # torch.compile mode for the native backend: 'none' | 'default' | 'reduce-overhead' | 'max-autotune'
+
+    c.runlocal = False           # set by ':runlocal' (CPU-sized); informational
+    # Locked: config files and overrides change values, a misspelt key fails ("Did you mean").
+    c.lock()
+    return c
+

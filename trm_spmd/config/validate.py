@@ -1,0 +1,121 @@
+"""Semantic checks of a resolved config, each failing with one line: cause and fix.
+
+Type errors and unknown keys are caught earlier by the locked, type-safe ConfigDict;
+these are the rules a type cannot express.
+"""
+
+import hashlib
+import json
+import math
+
+
+class ConfigError(ValueError):
+    """A config that cannot run. The message is one line naming the field and the fix."""
+
+
+def _check(ok, message):
+    if not ok:
+        raise ConfigError(message)
+
+
+def _one_of(value, name, allowed):
+    _check(value in allowed, f'{name}={value!r} is not one of {", ".join(map(repr, allowed))}')
+
+
+def resolve_mesh_shape(shape, device_count):
+    """(data, model) with one -1 filled in; the product must equal the device count."""
+    shape = tuple(int(s) for s in shape)
+    _check(len(shape) == 2, f'mesh.shape={shape} must have 2 entries (data, model)')
+    _check(shape.count(-1) <= 1, f'mesh.shape={shape}: at most one entry may be -1')
+    _check(all(s == -1 or s >= 1 for s in shape), f'mesh.shape={shape}: entries must be >= 1 or -1')
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        _check(device_count % known == 0,
+               f'mesh.shape={shape} cannot cover {device_count} devices: '
+               f'{device_count} is not divisible by {known}')
+        shape = tuple(device_count // known if s == -1 else s for s in shape)
+    _check(math.prod(shape) == device_count,
+           f'mesh.shape={shape} has {math.prod(shape)} devices but {device_count} exist; '
+           f'use -1 for the data axis to fill it')
+    return shape
+
+
+def validate(config, device_count=None, process_count=1):
+    """Raises ConfigError on the first problem. Device checks run when device_count is given."""
+    c = config
+    _one_of(c.mode, 'mode', ('train', 'eval'))
+    _one_of(c.backend, 'backend', ('auto', 'xla', 'native'))
+    m = c.model
+    for name in ('hidden_size', 'num_heads', 'H_cycles', 'L_cycles', 'L_layers'):
+        _check(m[name] >= 1, f'model.{name}={m[name]} must be >= 1')
+    _check(m.expansion > 0, f'model.expansion={m.expansion} must be > 0')
+    _one_of(m.pos_encodings, 'model.pos_encodings', ('none', 'rope', 'learned'))
+    _one_of(m.forward_dtype, 'model.forward_dtype', ('bfloat16', 'float32'))
+    if not m.mlp_t:
+        _check(m.hidden_size % m.num_heads == 0,
+               f'model.hidden_size={m.hidden_size} must be divisible by model.num_heads={m.num_heads}')
+    _check(m.puzzle_emb_ndim >= 0 and m.puzzle_emb_len >= 0, 'model.puzzle_emb_ndim/len must be >= 0')
+    if m.puzzle_emb_ndim > 0:
+        _check(m.puzzle_emb_len >= 1 and m.puzzle_emb_ndim <= m.puzzle_emb_len * m.hidden_size,
+               f'model.puzzle_emb_ndim={m.puzzle_emb_ndim} does not fit in '
+               f'model.puzzle_emb_len={m.puzzle_emb_len} tokens of {m.hidden_size}')
+
+    a = c.act
+    _check(a.halt_max_steps >= 1, f'act.halt_max_steps={a.halt_max_steps} must be >= 1')
+    for name in ('exploration_prob', 'exploration_prob_final'):
+        _check(0.0 <= a[name] <= 1.0, f'act.{name}={a[name]} must be in [0, 1]')
+    _one_of(c.loss.type, 'loss.type', ('stablemax', 'softmax'))
+
+    o = c.optim
+    _one_of(o.name, 'optim.name', ('adam_atan2', 'adamw', 'lion'))
+    _check(o.lr > 0, f'optim.lr={o.lr} must be > 0')
+    _check(o.puzzle_emb_lr >= 0, f'optim.puzzle_emb_lr={o.puzzle_emb_lr} must be >= 0')
+    _check(o.warmup_steps >= 0, f'optim.warmup_steps={o.warmup_steps} must be >= 0')
+    _check(0.0 <= o.lr_min_ratio <= 1.0, f'optim.lr_min_ratio={o.lr_min_ratio} must be in [0, 1]')
+    _check(o.grad_accum_steps >= 1, f'optim.grad_accum_steps={o.grad_accum_steps} must be >= 1')
+    _check(0.0 <= c.ema.decay < 1.0, f'ema.decay={c.ema.decay} must be in [0, 1)')
+
+    t = c.train
+    _check(t.total_steps > 0 or t.epochs > 0, 'set train.epochs or train.total_steps to a positive number')
+    _check(t.log_every_steps >= 1, f'train.log_every_steps={t.log_every_steps} must be >= 1')
+    _one_of(t.nan_policy, 'train.nan_policy', ('stop', 'skip'))
+
+    cu = c.curriculum
+    if cu.enabled:
+        n = len(cu.start_fractions)
+        _check(n >= 1 and len(cu.H_cycles) == n and len(cu.L_cycles) == n,
+               'curriculum.start_fractions, H_cycles and L_cycles must have the same, non-zero length')
+        _check(cu.start_fractions[0] == 0.0 and list(cu.start_fractions) == sorted(cu.start_fractions),
+               f'curriculum.start_fractions={cu.start_fractions} must start at 0.0 and increase')
+        _check(min(cu.H_cycles) >= 1 and min(cu.L_cycles) >= 1, 'curriculum cycles must be >= 1')
+
+    _check(c.checkpoint.keep >= 1, f'checkpoint.keep={c.checkpoint.keep} must be >= 1')
+    _check(c.checkpoint.keep_best >= 0, f'checkpoint.keep_best={c.checkpoint.keep_best} must be >= 0')
+    _check(len(c.mesh.axis_names) == 2 and tuple(c.mesh.axis_names) == ('data', 'model'),
+           f'mesh.axis_names={c.mesh.axis_names} must be (data, model)')
+    if c.mode == 'train':
+        _check(bool(c.data.path) or c.data.generate,
+               'no dataset: set --config.data.path=DIR (build one with python -m trm_spmd.data.build_sudoku) '
+               'or --config.data.generate=True')
+
+    batch, eval_batch = c.data.global_batch_size, c.eval.global_batch_size
+    _check(batch >= 1 and eval_batch >= 1, 'data.global_batch_size and eval.global_batch_size must be >= 1')
+    _check(batch % o.grad_accum_steps == 0,
+           f'data.global_batch_size={batch} is not divisible by optim.grad_accum_steps={o.grad_accum_steps}')
+    if device_count is not None:
+        data_axis, model_axis = resolve_mesh_shape(c.mesh.shape, device_count)
+        _check(model_axis == 1, f'mesh.shape model axis={model_axis}: only data parallelism (model=1) is supported')
+        micro = batch // o.grad_accum_steps
+        for name, size in (('data.global_batch_size / optim.grad_accum_steps', micro),
+                           ('eval.global_batch_size', eval_batch)):
+            _check(size % data_axis == 0,
+                   f'{name}={size} is not divisible by the data axis ({data_axis} devices); '
+                   f'pick a multiple of {data_axis}')
+            _check(size % process_count == 0,
+                   f'{name}={size} is not divisible by the {process_count} hosts')
+
+
+def config_hash(config):
+    """A short stable hash of the resolved config: equal configs on every host, equal hash."""
+    text = json.dumps(json.loads(config.to_json_best_effort()), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,37 @@
+"""--dry_run: everything a run would be, without training it."""
+
+from trm_spmd.config import config_hash, validate
+from trm_spmd.model.config import TRMConfig
+from trm_spmd.model.flops import train_flops_per_example_step
+from trm_spmd.model.trm import TRM, trainable_param_count
+from trm_spmd.runtime import create_runtime
+
+
+def dry_run(config, source, print_fn=print):
+    runtime = create_runtime(config)
+    validate(config, runtime.device_count, runtime.process_count)
+    data_axis, model_axis = runtime.mesh_shape
+    batch = config.data.global_batch_size
+    cfg = TRMConfig.from_config(config)
+    params = trainable_param_count(TRM(cfg))
+    flops = train_flops_per_example_step(cfg)
+    print_fn(config.to_yaml() if hasattr(config, 'to_yaml') else str(config))
+    lines = [
+        ('config', source.get('config_file', '')),
+        ('overrides', source.get('overrides', {}) or '-'),
+        ('config hash', config_hash(config)),
+        ('backend', f'{runtime.name} ({runtime.device_kind})'),
+        ('mesh', f'({data_axis}, {model_axis}) axes {tuple(runtime.axis_names)}'),
+        ('devices', f'{runtime.device_count} total, {runtime.local_device_count} per host, '
+                    f'{runtime.process_count} host(s), this is host {runtime.process_index}'),
+        ('global batch', batch),
+        ('per-host batch', batch // runtime.process_count),
+        ('per-device batch', batch // data_axis),
+        ('micro-batches per step', config.optim.grad_accum_steps),
+        ('trainable parameters', f'{params:,}'),
+        ('train FLOPs per example per ACT step', f'{flops / 1e9:.2f} GFLOP'),
+        ('train FLOPs per step (global batch)', f'{flops * batch / 1e12:.2f} TFLOP'),
+    ]
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        print_fn(f'{key:<{width}}  {value}')

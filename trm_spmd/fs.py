@@ -1,0 +1,64 @@
+"""Paths that may be local or on a bucket (gs://, through fsspec + gcsfs).
+
+Small JSON files are written whole and atomically: a local temp file renamed into place,
+or one object upload (objects on a bucket appear all at once).
+"""
+
+import os
+import tempfile
+
+
+def is_remote(path):
+    return '://' in str(path)
+
+
+def join(*parts):
+    return '/'.join([str(parts[0]).rstrip('/')] + [str(p).strip('/') for p in parts[1:]])
+
+
+def _fs(path):
+    try:
+        import fsspec
+    except ImportError:
+        raise RuntimeError(f'{path}: bucket paths need fsspec and gcsfs (pip install -e ".[gcs]")') from None
+    return fsspec.core.url_to_fs(path)[0]
+
+
+def exists(path):
+    return _fs(path).exists(path) if is_remote(path) else os.path.exists(path)
+
+
+def makedirs(path):
+    if is_remote(path):
+        _fs(path).makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def read_text(path):
+    if is_remote(path):
+        with _fs(path).open(path, 'r') as f:
+            return f.read()
+    with open(path) as f:
+        return f.read()
+
+
+def write_text(path, text):
+    """Replaces the file at `path` with `text`, never leaving a partly written file."""
+    if is_remote(path):
+        with _fs(path).open(path, 'w') as f:
+            f.write(text)
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
+    try:
+        with os.fdopen(fd, 'w') as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,71 @@
+"""The small interface the training code needs from a device backend."""
+
+import os
+
+
+class Runtime:
+    """One process's view of the devices: the mesh, batch placement, compilation, hosts.
+
+    Attributes set by implementations: name, device, device_kind, device_count,
+    local_device_count, process_index, process_count, mesh_shape, axis_names.
+    """
+
+    def put_batch(self, host_batch):
+        raise NotImplementedError
+
+    def shard_along_data(self, tensor):
+        return tensor
+
+    def replicate(self, tensor):
+        return tensor
+
+    def sharding_spec(self, tensor):
+        return 'local'
+
+    def all_reduce_sum_(self, tensors):
+        """Sums tensors over processes in place; a no-op where one program sees the global batch."""
+
+    def to_host(self, tensor):
+        """The whole (global) tensor on the host CPU."""
+        return tensor.detach().cpu()
+
+    def compile(self, fn, name, max_graphs=None):
+        raise NotImplementedError
+
+    def sync(self):
+        pass
+
+    def wait(self):
+        pass
+
+    def add_step_closure(self, fn, args=()):
+        fn(*args)
+
+    def counters(self):
+        return {'uncached_compiles': 0, 'cpu_fallback_ops': 0, 'host_syncs': 0}
+
+    def fallback_op_names(self):
+        return []
+
+    def memory_stats(self):
+        return {}
+
+    def barrier(self):
+        pass
+
+    @property
+    def is_main_host(self):
+        return self.process_index == 0
+
+    def describe(self):
+        data, model = self.mesh_shape
+        return {
+            'backend': self.name,
+            'device_kind': self.device_kind,
+            'devices': self.device_count,
+            'devices_per_host': self.local_device_count,
+            'hosts': self.process_count,
+            'host_index': self.process_index,
+            'mesh': f'({data}, {model}) axes {tuple(self.axis_names)}',
+            'pid': os.getpid(),
+        }

@@ -1,0 +1,151 @@
+"""The torch_xla SPMD runtime: the only module of trm_spmd that imports torch_xla.
+
+One process per host drives every device of the slice through one SPMD program: the
+parameters are replicated, each batch is sharded along the mesh's `data` axis, and the
+XLA partitioner inserts the gradient all-reduce (no DDP, no per-device processes).
+"""
+
+import os
+
+import numpy as np
+import torch
+
+from trm_spmd.config.validate import resolve_mesh_shape
+from trm_spmd.runtime.base import Runtime
+
+
+def xla_available():
+    try:
+        import torch_xla  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class XlaRuntime(Runtime):
+    name = 'xla'
+
+    def __init__(self, mesh_shape=(-1, 1), axis_names=('data', 'model'), cache_dir=''):
+        # Without PJRT_DEVICE torch_xla guesses (and warns); off a TPU VM the CPU is meant.
+        if 'PJRT_DEVICE' not in os.environ and not _on_tpu_vm():
+            os.environ['PJRT_DEVICE'] = 'CPU'
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics as met
+        import torch_xla.distributed.spmd as xs
+        import torch_xla.runtime as xr
+        self._torch_xla, self._xm, self._met, self._xs, self._xr = torch_xla, xm, met, xs, xr
+
+        # Both must happen before the first XLA computation.
+        if cache_dir:
+            os.makedirs(cache_dir, exist_ok=True)
+            xr.initialize_cache(cache_dir, readonly=False)
+        xr.use_spmd()
+
+        count = xr.global_runtime_device_count()
+        self.mesh_shape = resolve_mesh_shape(mesh_shape, count)
+        self.axis_names = tuple(axis_names)
+        self.mesh = xs.Mesh(np.arange(count), self.mesh_shape, self.axis_names)
+        xs.set_global_mesh(self.mesh)
+        self.device = torch_xla.device()
+        self.device_count = count
+        self.local_device_count = xr.addressable_runtime_device_count()
+        self.process_index = xr.process_index()
+        self.process_count = xr.process_count()
+        self.device_kind = xr.device_type() or 'CPU'
+        self._group = None
+
+    # ---- data ---------------------------------------------------------------------
+    def put_batch(self, host_batch):
+        """Host-local numpy slices -> global tensors sharded along `data` (dim 0)."""
+        out = {}
+        for key, value in host_batch.items():
+            tensor = torch.from_numpy(np.ascontiguousarray(value))
+            # torch_xla 2.9's minibatch transfer fails on 1-D tensors: send [B, 1], view back.
+            flat = tensor.dim() == 1
+            if flat:
+                tensor = tensor.unsqueeze(-1)
+            spec = self._xs.ShardingSpec(self.mesh, ('data',) + (None,) * (tensor.dim() - 1),
+                                         minibatch=True)
+            placed = self._xm.send_cpu_data_to_device([tensor], self.device, spec)[0]
+            out[key] = placed.view(-1) if flat else placed
+        # Run the views now (one small cached graph): left pending, they would be folded
+        # into whichever compiled function runs next and change its graph.
+        self._torch_xla.sync()
+        return out
+
+    def shard_along_data(self, tensor):
+        """Marks a device tensor (e.g. the ACT carry) as sharded along `data` on dim 0."""
+        self._xs.mark_sharding(tensor, self.mesh, ('data',) + (None,) * (tensor.dim() - 1))
+        return tensor
+
+    def to_host(self, tensor):
+        if self.process_count > 1:
+            # Rows of other hosts are not addressable here: replicate (an all-gather) first.
+            tensor = tensor.detach().clone()
+            self._xs.mark_sharding(tensor, self.mesh, (None,) * tensor.dim())
+        return tensor.detach().cpu()
+
+    def replicate(self, tensor):
+        """Marks a device tensor replicated, as the outputs of a step are: without the mark,
+        freshly uploaded state traces a different first graph than every later step."""
+        self._xs.mark_sharding(tensor, self.mesh, (None,) * tensor.dim())
+        return tensor
+
+    def sharding_spec(self, tensor):
+        return self._torch_xla._XLAC._get_xla_sharding_spec(tensor)
+
+    # ---- execution ----------------------------------------------------------------
+    def compile(self, fn, name, max_graphs=None):
+        return self._torch_xla.compile(fn, full_graph=True, name=name, max_different_graphs=max_graphs)
+
+    def sync(self):
+        self._torch_xla.sync()
+
+    def wait(self):
+        self._xm.wait_device_ops()
+
+    def add_step_closure(self, fn, args=()):
+        # Runs after the step's graph executed, on a thread: device values are ready and
+        # reading them does not stall the dispatch of the next step.
+        self._xm.add_step_closure(fn, args, run_async=True)
+
+    def counters(self):
+        met = self._met
+        fallbacks = sum(met.counter_value(n) or 0 for n in met.counter_names()
+                        if n.startswith('aten::') and n != 'aten::_local_scalar_dense')
+        return {
+            'uncached_compiles': met.counter_value('UncachedCompile') or 0,
+            'cpu_fallback_ops': fallbacks,
+            'host_syncs': met.counter_value('aten::_local_scalar_dense') or 0,
+        }
+
+    def fallback_op_names(self):
+        return sorted(n for n in self._met.counter_names()
+                      if n.startswith('aten::') and n != 'aten::_local_scalar_dense')
+
+    def memory_stats(self):
+        try:
+            return dict(self._xm.get_memory_info(self.device))
+        except (RuntimeError, AttributeError):
+            return {}
+
+    # ---- hosts --------------------------------------------------------------------
+    def cpu_process_group(self):
+        """A gloo group over all hosts, found through the TPU metadata (`xla://`)."""
+        if self._group is None:
+            import torch.distributed as dist
+            import torch_xla.distributed.xla_backend  # noqa: F401  (registers xla://)
+            if not dist.is_initialized():
+                dist.init_process_group('gloo', init_method='xla://')
+            self._group = dist.group.WORLD
+        return self._group
+
+    def barrier(self):
+        if self.process_count > 1:
+            import torch.distributed as dist
+            dist.barrier(group=self.cpu_process_group())
+
+
+def _on_tpu_vm():
+    return os.path.exists('/dev/accel0') or os.path.exists('/dev/vfio/0')
