@@ -1,0 +1,100 @@
+"""The model's own view of the run config: everything the network, ACT and loss read."""
+
+import dataclasses
+
+_DTYPES = ('bfloat16', 'float32')
+_POS_ENCODINGS = ('none', 'rope', 'learned')
+_LOSS_TYPES = ('stablemax', 'softmax')
+
+
+@dataclasses.dataclass(frozen=True)
+class TRMConfig:
+    vocab_size: int = 11
+    seq_len: int = 81
+    num_puzzle_identifiers: int = 1
+    hidden_size: int = 512
+    num_heads: int = 8
+    expansion: float = 4.0
+    H_cycles: int = 3
+    L_cycles: int = 6
+    L_layers: int = 2
+    mlp_t: bool = True
+    pos_encodings: str = 'none'
+    rope_theta: float = 1e4
+    puzzle_emb_ndim: int = 512
+    puzzle_emb_len: int = 16
+    rms_norm_eps: float = 1e-5
+    forward_dtype: str = 'bfloat16'
+    grad_checkpointing: bool = False
+    halt_max_steps: int = 16
+    exploration_prob: float = 0.1
+    no_ACT_continue: bool = True
+    loss_type: str = 'stablemax'
+    q_loss_weight: float = 0.5
+
+    def __post_init__(self):
+        def check(ok, message):
+            if not ok:
+                raise ValueError(f'TRMConfig: {message}')
+
+        check(self.forward_dtype in _DTYPES,
+              f'forward_dtype={self.forward_dtype!r} is not one of {_DTYPES}')
+        check(self.pos_encodings in _POS_ENCODINGS,
+              f'pos_encodings={self.pos_encodings!r} is not one of {_POS_ENCODINGS}')
+        check(self.loss_type in _LOSS_TYPES, f'loss_type={self.loss_type!r} is not one of {_LOSS_TYPES}')
+        for name in ('vocab_size', 'seq_len', 'num_puzzle_identifiers', 'hidden_size', 'num_heads',
+                     'H_cycles', 'L_cycles', 'L_layers', 'halt_max_steps'):
+            check(getattr(self, name) >= 1, f'{name}={getattr(self, name)} must be >= 1')
+        if not self.mlp_t:
+            check(self.hidden_size % self.num_heads == 0,
+                  f'hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}')
+        if self.pos_encodings == 'rope':
+            check((self.hidden_size // self.num_heads) % 2 == 0,
+                  'rope needs an even head_dim (hidden_size // num_heads)')
+        check(self.puzzle_emb_ndim >= 0, f'puzzle_emb_ndim={self.puzzle_emb_ndim} must be >= 0')
+        if self.puzzle_emb_ndim > 0:
+            check(1 <= self.puzzle_emb_len and self.puzzle_emb_ndim <= self.puzzle_emb_len * self.hidden_size,
+                  f'puzzle_emb_ndim={self.puzzle_emb_ndim} does not fit in puzzle_emb_len='
+                  f'{self.puzzle_emb_len} tokens of {self.hidden_size}; raise puzzle_emb_len')
+
+    @property
+    def prefix_len(self) -> int:
+        """Positions holding the puzzle embedding; 0 means the state is just the cells."""
+        return self.puzzle_emb_len if self.puzzle_emb_ndim > 0 else 0
+
+    @property
+    def total_len(self) -> int:
+        return self.prefix_len + self.seq_len
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def from_config(cls, config, *, vocab_size=11, seq_len=81, num_puzzle_identifiers=1):
+        """Builds from the run config (`model.*`, `act.*`, `loss.*`) plus the dataset's sizes."""
+        m, a = config.model, config.act
+        return cls(
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            num_puzzle_identifiers=num_puzzle_identifiers,
+            hidden_size=m.hidden_size,
+            num_heads=m.num_heads,
+            expansion=m.expansion,
+            H_cycles=m.H_cycles,
+            L_cycles=m.L_cycles,
+            L_layers=m.L_layers,
+            mlp_t=m.mlp_t,
+            pos_encodings=m.pos_encodings,
+            rope_theta=m.rope_theta,
+            puzzle_emb_ndim=m.puzzle_emb_ndim,
+            puzzle_emb_len=m.puzzle_emb_len,
+            rms_norm_eps=m.rms_norm_eps,
+            forward_dtype=m.forward_dtype,
+            grad_checkpointing=m.grad_checkpointing,
+            halt_max_steps=a.halt_max_steps,
+            exploration_prob=a.exploration_prob,
+            no_ACT_continue=a.no_ACT_continue,
+            loss_type=config.loss.type,
+            q_loss_weight=config.loss.q_loss_weight,
+        )

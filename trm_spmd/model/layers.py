@@ -1,0 +1,128 @@
+"""Building blocks of the TRM network, numerically as the reference's models/layers.py.
+
+Weights live in float32 and are cast to the activation dtype at use, so the optimizer and
+EMA always work on float32 while the forward runs in bfloat16.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def trunc_normal_(tensor, std=1.0, bound=2.0):
+    """JAX-style truncated normal: cut at +-bound sigma, rescaled so the result has std `std`.
+
+    torch.nn.init.trunc_normal_ cuts the distribution without correcting its std; the
+    reference initialisation (and hence its training dynamics) uses the corrected one.
+    """
+    with torch.no_grad():
+        if std == 0:
+            return tensor.zero_()
+        # Variance of a standard normal truncated to [-bound, bound].
+        pdf = math.exp(-0.5 * bound * bound) / math.sqrt(2 * math.pi)
+        mass = math.erf(bound / math.sqrt(2))
+        truncated_std = math.sqrt(1 - 2 * bound * pdf / mass)
+        scale = std / truncated_std
+        # Inverse-CDF sampling: uniform in erf space, mapped back through erfinv.
+        tensor.uniform_(-mass, mass).erfinv_().mul_(math.sqrt(2) * scale)
+        return tensor.clamp_(-bound * scale, bound * scale)
+
+
+def rms_norm(x, eps, dim=-1):
+    """Weightless RMSNorm over `dim`, computed in float32, returned in x's dtype."""
+    h = x.float()
+    h = h * torch.rsqrt(h.square().mean(dim, keepdim=True) + eps)
+    return h.to(x.dtype)
+
+
+class CastedLinear(nn.Module):
+    """Linear layer, weight std 1/sqrt(fan_in), cast to the input dtype at use."""
+
+    def __init__(self, in_features, out_features, bias=False):
+        super().__init__()
+        self.weight = nn.Parameter(trunc_normal_(torch.empty(out_features, in_features),
+                                                 std=in_features ** -0.5))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def forward(self, x):
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+class CastedEmbedding(nn.Module):
+    def __init__(self, num_embeddings, dim, init_std, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(trunc_normal_(torch.empty(num_embeddings, dim), std=init_std))
+        self.dtype = dtype
+
+    def forward(self, ids):
+        return F.embedding(ids, self.weight.to(self.dtype))
+
+
+def swiglu_width(features, expansion):
+    """Inner width: round(expansion * n * 2/3) (Python's round), up to a multiple of 256."""
+    inter = round(expansion * features * 2 / 3)
+    return -(-inter // 256) * 256
+
+
+class SwiGLU(nn.Module):
+    """silu(gate) * up, then down; gate_up_proj packs [gate; up] along its output rows.
+
+    axis=-1 mixes channels (an MLP per position). axis=1 mixes positions of a
+    [B, L, D] tensor (the MLP-mixer token mix): the same weights applied as W @ x,
+    so no transpose of the activations is needed.
+    """
+
+    def __init__(self, features, expansion, axis=-1):
+        super().__init__()
+        if axis not in (-1, 1):
+            raise ValueError(f'SwiGLU axis={axis} must be -1 (channels) or 1 (tokens)')
+        inter = swiglu_width(features, expansion)
+        self.axis = axis
+        self.gate_up_proj = CastedLinear(features, 2 * inter)
+        self.down_proj = CastedLinear(inter, features)
+
+    def forward(self, x):
+        if self.axis == -1:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
+        gate, up = torch.matmul(self.gate_up_proj.weight.to(x.dtype), x).chunk(2, dim=1)
+        return torch.matmul(self.down_proj.weight.to(x.dtype), F.silu(gate) * up)
+
+
+def rope_tables(head_dim, length, theta):
+    """float32 cos/sin tables [length, head_dim], frequencies repeated for both halves."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x, cos, sin):
+    """Rotates x [B, L, H, Dh] by position; math in float32 as the reference, result in x's dtype."""
+    h = x.float()
+    x1, x2 = h.chunk(2, dim=-1)
+    rotated = torch.cat((-x2, x1), dim=-1)
+    return (h * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Non-causal multi-head self-attention; qkv_proj packs [q; k; v] along its output rows."""
+
+    def __init__(self, hidden_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
+        self.o_proj = CastedLinear(hidden_size, hidden_size)
+
+    def forward(self, x, rope=None):
+        b, n, d = x.shape
+        q, k, v = self.qkv_proj(x).view(b, n, 3, self.num_heads, self.head_dim).unbind(dim=2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=False)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, d))

@@ -1,0 +1,38 @@
+"""Optimizers (plain torch, traceable), the learning-rate schedule and the EMA."""
+
+from trm_spmd.optim.adam_atan2 import AdamATan2, AdamW
+from trm_spmd.optim.ema import EMA
+from trm_spmd.optim.lion import Lion
+from trm_spmd.optim.schedule import learning_rate
+from trm_spmd.optim.sign_sgd import SignSGD
+
+__all__ = ['AdamATan2', 'AdamW', 'EMA', 'Lion', 'SignSGD', 'build_optimizers', 'learning_rate', 'set_lr']
+
+OPTIMIZERS = ('adam_atan2', 'adamw', 'lion')
+
+
+def build_optimizers(model, config):
+    """(main optimizer over model.main_parameters(), SignSGD over the puzzle embedding or None).
+
+    config.optim: name, lr, beta1, beta2, weight_decay, eps (adamw), puzzle_emb_lr,
+    puzzle_emb_weight_decay. Lion takes beta1/beta2 from the config too.
+    """
+    o = config.optim
+    params, betas = model.main_parameters(), (o.beta1, o.beta2)
+    if o.name == 'adam_atan2':
+        main = AdamATan2(params, lr=o.lr, betas=betas, weight_decay=o.weight_decay)
+    elif o.name == 'adamw':
+        main = AdamW(params, lr=o.lr, betas=betas, weight_decay=o.weight_decay, eps=o.eps)
+    elif o.name == 'lion':
+        main = Lion(params, lr=o.lr, betas=betas, weight_decay=o.weight_decay)
+    else:
+        raise ValueError(f'optim.name={o.name!r} is not one of {OPTIMIZERS}')
+    puzzle = model.puzzle_emb_parameters()
+    puzzle_opt = SignSGD(puzzle, lr=o.puzzle_emb_lr, weight_decay=o.puzzle_emb_weight_decay) if puzzle else None
+    return main, puzzle_opt
+
+
+def set_lr(optimizer, lr):
+    """Sets every group's lr (a float, or a 0-d tensor so a traced step does not retrace)."""
+    for group in optimizer.param_groups:
+        group['lr'] = lr
