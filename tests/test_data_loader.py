@@ -1,0 +1,268 @@
+"""Per-host training and eval batches, resumable positions and the prefetcher."""
+
+import json
+
+import numpy as np
+import pytest
+
+from trm_spmd.data import EvalBatches, Prefetcher, TrainBatches, load_split, sudoku
+from trm_spmd.data.build_sudoku import build_generated
+from trm_spmd.data.dataset import DatasetError, Split
+from trm_spmd.data.sudoku import DataError, IGNORE_LABEL
+
+
+@pytest.fixture(scope='module')
+def generated(tmp_path_factory):
+    path = tmp_path_factory.mktemp('data') / 'gen'
+    build_generated(path, num_train=40, num_test=21, blanks=(30, 40), seed=0, num_aug=2, progress=False)
+    return path
+
+
+def _tagged_split(group_sizes, puzzle_sizes):
+    """A split whose rows say where they came from: puzzle_identifiers = puzzle index, and
+    input token 0 of every example = its group (mod 10); groups and puzzles of mixed sizes."""
+    group_indices = np.concatenate([[0], np.cumsum(group_sizes)])
+    puzzle_indices = np.concatenate([[0], np.cumsum(puzzle_sizes)])
+    examples = puzzle_indices[-1]
+    group_of_puzzle = np.repeat(np.arange(len(group_sizes)), group_sizes)
+    inputs = np.ones((examples, 81), np.uint8)
+    inputs[:, 0] = group_of_puzzle[np.repeat(np.arange(len(puzzle_sizes)), puzzle_sizes)] % 10
+    labels = np.zeros((examples, 81), np.uint8)
+    labels[:, 1:] = 5
+    return Split(path='tagged', inputs=inputs, labels=labels,
+                 puzzle_identifiers=np.arange(len(puzzle_sizes)), puzzle_indices=puzzle_indices,
+                 group_indices=group_indices, ratings=None, metadata={'ignore_label_id': 0})
+
+
+def _groups_of(batch, split):
+    puzzles = batch['puzzle_identifiers']
+    return np.searchsorted(split.group_indices, puzzles, side='right') - 1
+
+
+def test_batch_format(generated):
+    split = load_split(generated, 'train')
+    batch = next(TrainBatches(split, 16, seed=0))
+    assert sorted(batch) == ['inputs', 'labels', 'puzzle_identifiers']
+    assert all(v.dtype == np.int32 for v in batch.values())
+    assert batch['inputs'].shape == batch['labels'].shape == (16, 81)
+    assert ((batch['labels'] >= 2) & (batch['labels'] <= 10)).all()   # no ignored cell in Sudoku
+    assert sudoku.is_solution_grid(batch['labels'] - 1).all()
+
+
+def test_ignored_labels_become_minus_100():
+    split = _tagged_split([1] * 8, [1] * 8)
+    batch = next(TrainBatches(split, 4, seed=0))
+    assert (batch['labels'][:, 0] == IGNORE_LABEL).all() and (batch['labels'][:, 1:] == 5).all()
+
+
+@pytest.mark.parametrize('groups, batch', [(40, 8), (37, 8), (5, 16)])
+def test_every_group_once_per_epoch_and_variant_from_its_group(groups, batch):
+    rng = np.random.default_rng(0)
+    group_sizes = rng.integers(1, 4, groups)
+    puzzle_sizes = rng.integers(1, 3, group_sizes.sum())
+    split = _tagged_split(group_sizes, puzzle_sizes)
+    loader = TrainBatches(split, batch, seed=3)
+    seen = np.concatenate([_groups_of(next(loader), split) for _ in range(groups * 3 // np.gcd(groups, batch))])
+    for epoch in np.split(seen[:len(seen) // groups * groups], len(seen) // groups):
+        assert sorted(epoch.tolist()) == list(range(groups))
+    assert loader.steps_per_epoch == groups / batch
+    loader = TrainBatches(split, batch, seed=3)
+    for _ in range(5):
+        b = next(loader)
+        assert ((_groups_of(b, split) % 10) == b['inputs'][:, 0]).all()   # the example is from the group
+
+
+def test_variants_are_all_drawn():
+    split = _tagged_split([3, 3], [1] * 6)
+    loader = TrainBatches(split, 2, seed=0)
+    drawn = {int(p) for _ in range(60) for p in next(loader)['puzzle_identifiers']}
+    assert drawn == set(range(6))
+
+
+def test_seed_determines_the_stream(generated):
+    split = load_split(generated, 'train')
+    a = [next(it) for it in [TrainBatches(split, 8, seed=1)] for _ in range(6)]
+    b = [next(it) for it in [TrainBatches(split, 8, seed=1)] for _ in range(6)]
+    c = [next(it) for it in [TrainBatches(split, 8, seed=2)] for _ in range(6)]
+    assert all((x['inputs'] == y['inputs']).all() for x, y in zip(a, b))
+    assert any((x['inputs'] != y['inputs']).any() for x, y in zip(a, c))
+
+
+@pytest.mark.parametrize('augment', [False, True])
+def test_host_slices_partition_the_global_batch(generated, augment):
+    split = load_split(generated, 'train')
+    reference = TrainBatches(split, 16, seed=5, augment=augment)
+    full = [next(reference) for _ in range(7)]
+    for hosts in (2, 4, 8):
+        loaders = [TrainBatches(split, 16, seed=5, process_index=i, process_count=hosts, augment=augment)
+                   for i in range(hosts)]
+        for step in range(7):
+            parts = [next(loader) for loader in loaders]
+            assert all(len(p['inputs']) == 16 // hosts for p in parts)
+            for key in full[step]:
+                assert (np.concatenate([p[key] for p in parts]) == full[step][key]).all()
+
+
+def test_augmented_batches_are_valid_and_fresh(generated):
+    split = load_split(generated, 'train')
+    plain = TrainBatches(split, 32, seed=0)
+    augmented = TrainBatches(split, 32, seed=0, augment=True)
+    for _ in range(3):
+        p, a = next(plain), next(augmented)
+        assert sudoku.is_solution_grid(a['labels'] - 1).all()
+        givens = a['inputs'] != sudoku.BLANK_TOKEN
+        assert (a['inputs'][givens] == a['labels'][givens]).all()
+        assert ((a['inputs'] == 1).sum(1) == (p['inputs'] == 1).sum(1)).all()   # same rows, moved
+        assert (a['inputs'] != p['inputs']).any(axis=1).mean() > 0.9
+
+
+def test_batch_size_must_divide_by_hosts(generated):
+    split = load_split(generated, 'train')
+    with pytest.raises(DataError, match='not divisible by the 3 hosts'):
+        TrainBatches(split, 16, seed=0, process_count=3)
+    with pytest.raises(DataError, match='not divisible by the 3 hosts'):
+        EvalBatches(load_split(generated, 'test'), 16, process_count=3)
+
+
+@pytest.mark.parametrize('augment', [False, True])
+def test_resume_continues_with_identical_batches(generated, augment):
+    split = load_split(generated, 'train')
+    straight = TrainBatches(split, 16, seed=9, augment=augment)
+    expected = [next(straight) for _ in range(12)]
+    first = TrainBatches(split, 16, seed=9, augment=augment)
+    for _ in range(5):
+        next(first)
+    state = json.loads(json.dumps(first.state_dict()))      # survives a checkpoint file
+    assert state['step'] == 5 and (state['epoch'], state['offset']) == divmod(5 * 16, 40)
+    resumed = TrainBatches(split, 16, seed=9, process_index=1, process_count=2, augment=augment)
+    resumed.load_state_dict(state)
+    for step in range(5, 12):
+        assert (next(resumed)['inputs'] == expected[step]['inputs'][8:]).all()
+    assert resumed.epoch == 12 * 16 / 40
+
+
+def test_resume_refuses_other_seed_or_batch(generated):
+    split = load_split(generated, 'train')
+    state = TrainBatches(split, 16, seed=9).state_dict()
+    with pytest.raises(DataError, match='seed=9'):
+        TrainBatches(split, 16, seed=1).load_state_dict(state)
+    with pytest.raises(DataError, match='global_batch_size=16'):
+        TrainBatches(split, 8, seed=9).load_state_dict(state)
+
+
+def test_prefetcher_state_is_what_the_consumer_took(generated):
+    split = load_split(generated, 'train')
+    straight = TrainBatches(split, 8, seed=4)
+    expected = [next(straight)['inputs'] for _ in range(10)]
+    with Prefetcher(TrainBatches(split, 8, seed=4), depth=3) as batches:
+        assert batches.state_dict()['step'] == 0
+        for step in range(4):
+            assert (next(batches)['inputs'] == expected[step]).all()
+        state = batches.state_dict()
+    assert state['step'] == 4
+    with Prefetcher(TrainBatches(split, 8, seed=4), depth=3) as batches:
+        next(batches)
+        batches.load_state_dict(state)
+        for step in range(4, 10):
+            assert (next(batches)['inputs'] == expected[step]).all()
+
+
+class _Failing:
+    def __init__(self):
+        self.count = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.count += 1
+        if self.count == 3:
+            raise RuntimeError('broken source')
+        return self.count
+
+
+def test_prefetcher_reraises_and_ends():
+    batches = Prefetcher(_Failing(), depth=2)
+    assert [next(batches), next(batches)] == [1, 2]
+    with pytest.raises(RuntimeError, match='broken source'):
+        next(batches)
+    batches.close()
+    with Prefetcher(range(5), depth=2) as finite:
+        assert list(finite) == [0, 1, 2, 3, 4]
+        with pytest.raises(DataError, match='no position'):
+            finite.state_dict()
+
+
+def test_prefetcher_close_stops_an_endless_producer(generated):
+    batches = Prefetcher(TrainBatches(load_split(generated, 'train'), 8, seed=0), depth=2)
+    next(batches)
+    batches.close()
+    assert batches._thread is None
+
+
+def test_eval_batches_pad_the_last_batch(generated):
+    split = load_split(generated, 'test')          # 21 examples
+    batches = EvalBatches(split, 8)
+    assert batches.num_batches == len(batches) == 3
+    out = list(batches)
+    assert [b['valid'].sum() for b in out] == [8, 8, 5]
+    last = out[-1]
+    assert (last['index'] == [16, 17, 18, 19, 20, -1, -1, -1]).all()
+    assert (last['inputs'][5:] == 0).all() and (last['labels'][5:] == IGNORE_LABEL).all()
+    assert (last['puzzle_identifiers'][5:] == 0).all() and (last['rating'] == -1).all()
+    index = np.concatenate([b['index'] for b in out])
+    assert (index[:21] == np.arange(21)).all()
+    inputs = np.concatenate([b['inputs'] for b in out])[:21]
+    assert (inputs == np.asarray(split.inputs)).all()
+    assert (np.concatenate([b['blanks'] for b in out])[:21] == (inputs == 1).sum(1)).all()
+    assert all((a['inputs'] == b['inputs']).all() for a, b in zip(out, batches))   # re-iterable
+
+
+@pytest.mark.parametrize('hosts', [1, 2, 4, 8])
+def test_eval_host_slices_are_disjoint_and_complete(generated, hosts):
+    split = load_split(generated, 'test')
+    full = list(EvalBatches(split, 8))
+    parts = [list(EvalBatches(split, 8, process_index=i, process_count=hosts)) for i in range(hosts)]
+    for step, batch in enumerate(full):
+        for key in batch:
+            assert (np.concatenate([p[step][key] for p in parts]) == batch[key]).all()
+    valid = np.concatenate([b['index'][b['valid']] for p in parts for b in p])
+    assert sorted(valid.tolist()) == list(range(21))
+
+
+def test_eval_max_examples(generated):
+    batches = EvalBatches(load_split(generated, 'test'), 8, max_examples=10)
+    out = list(batches)
+    assert batches.num_batches == 2 and out[-1]['valid'].sum() == 2
+
+
+def test_load_split_errors_name_path_and_fix(generated, tmp_path):
+    with pytest.raises(DatasetError, match=r'dataset not found at .*missing: build it with python -m '
+                                           r'trm_spmd\.data\.build_sudoku'):
+        load_split(tmp_path / 'missing', 'train')
+    broken = tmp_path / 'broken'
+    broken.mkdir()
+    (broken / 'train').symlink_to(generated / 'train')
+    with pytest.raises(DatasetError, match=r"broken/test: split 'test' is missing"):
+        load_split(broken, 'test')
+    copy = tmp_path / 'copy' / 'train'
+    copy.mkdir(parents=True)
+    for f in (generated / 'train').iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    np.save(copy / 'all__labels.npy', np.zeros((3, 81), np.uint8))
+    with pytest.raises(DatasetError, match=r'all__labels\.npy has shape \(3, 81\)'):
+        load_split(tmp_path / 'copy', 'train')
+    (copy / 'all__labels.npy').unlink()
+    with pytest.raises(DatasetError, match=r'all__labels\.npy: missing: rebuild it with'):
+        load_split(tmp_path / 'copy', 'train')
+
+
+def test_official_dataset_without_ratings_loads(generated, tmp_path):
+    official = tmp_path / 'official' / 'test'
+    official.mkdir(parents=True)
+    for f in (generated / 'test').iterdir():
+        if f.name != 'all__ratings.npy':
+            (official / f.name).write_bytes(f.read_bytes())
+    split = load_split(tmp_path / 'official', 'test')
+    assert split.ratings is None
+    assert (next(iter(EvalBatches(split, 4)))['rating'] == -1).all()

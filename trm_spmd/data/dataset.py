@@ -1,0 +1,186 @@
+"""The on-disk dataset: the official TinyRecursiveModels npy layout, read and written.
+
+    DIR/identifiers.json                      ["<blank>"]
+    DIR/{train,test}/dataset.json             metadata (pad_id, vocab_size, seq_len, ...)
+    DIR/{train,test}/all__inputs.npy          uint8 [N, 81] tokens
+    DIR/{train,test}/all__labels.npy          uint8 [N, 81] tokens, 0 = ignored
+    DIR/{train,test}/all__puzzle_identifiers.npy  int32 [P]
+    DIR/{train,test}/all__puzzle_indices.npy  int32 [P + 1], examples of puzzle p
+    DIR/{train,test}/all__group_indices.npy   int32 [G + 1], puzzles of group g
+    DIR/{train,test}/all__ratings.npy         int32 [N], -1 unknown (ours; optional)
+
+Datasets built by the official builder load unchanged. Writing goes to a temporary
+directory beside the output that is renamed into place at the end, so a failed or
+interrupted build never leaves a directory that looks like a dataset.
+"""
+
+import dataclasses
+import filecmp
+import functools
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from trm_spmd.data.sudoku import BLANK_TOKEN, BUILD_HINT, DataError, SEQ_LEN, VOCAB_SIZE
+
+SPLITS = ('train', 'test')
+_ARRAYS = ('inputs', 'labels', 'puzzle_identifiers', 'puzzle_indices', 'group_indices')
+_METADATA_KEYS = ('pad_id', 'ignore_label_id', 'blank_identifier_id', 'vocab_size', 'seq_len',
+                  'num_puzzle_identifiers', 'total_groups', 'mean_puzzle_examples', 'total_puzzles', 'sets')
+
+
+class DatasetError(DataError):
+    """A dataset directory that is missing or does not have the expected layout."""
+
+
+@dataclasses.dataclass
+class Split:
+    """One split of a dataset; the arrays may be memory-mapped (read-only)."""
+    path: str
+    inputs: np.ndarray
+    labels: np.ndarray
+    puzzle_identifiers: np.ndarray
+    puzzle_indices: np.ndarray
+    group_indices: np.ndarray
+    ratings: np.ndarray | None
+    metadata: dict
+
+    @property
+    def num_examples(self):
+        return self.inputs.shape[0]
+
+    @property
+    def num_groups(self):
+        return self.group_indices.shape[0] - 1
+
+    @functools.cached_property
+    def blanks(self):
+        """int32 [N]: blank cells of each example's puzzle."""
+        return np.count_nonzero(np.asarray(self.inputs) == BLANK_TOKEN, axis=1).astype(np.int32)
+
+
+def _fail(path, problem):
+    raise DatasetError(f'{path}: {problem}: rebuild it with {BUILD_HINT}')
+
+
+def _check_index(path, index, name, length, end):
+    if index.ndim != 1 or index.shape[0] != length or (length and (index[0] != 0 or index[-1] != end)):
+        _fail(path, f'{name} must be [{length}] running from 0 to {end}, got shape {index.shape}')
+    if length and np.any(np.diff(index) <= 0):
+        _fail(path, f'{name} must be strictly increasing (every puzzle and group non-empty)')
+
+
+def load_split(dataset_dir, split, mmap=True):
+    """Loads and checks DIR/split; a DatasetError names the problem and the build command."""
+    dataset_dir = os.fspath(dataset_dir)
+    path = os.path.join(dataset_dir, split)
+    if not os.path.isdir(dataset_dir):
+        raise DatasetError(f'dataset not found at {dataset_dir}: build it with '
+                           f'{BUILD_HINT.replace("DIR", dataset_dir)}')
+    if not os.path.isdir(path):
+        _fail(path, f'split {split!r} is missing')
+    meta_path = os.path.join(path, 'dataset.json')
+    try:
+        with open(meta_path) as f:
+            metadata = json.load(f)
+    except FileNotFoundError:
+        _fail(meta_path, 'missing')
+    except (OSError, ValueError) as e:
+        _fail(meta_path, f'unreadable ({e})')
+    missing = [k for k in _METADATA_KEYS if k not in metadata]
+    if missing:
+        _fail(meta_path, f'missing fields {", ".join(missing)}')
+    if 'all' not in metadata['sets']:
+        _fail(meta_path, f'sets {metadata["sets"]} has no "all" set')
+
+    arrays = {}
+    for name in _ARRAYS + ('ratings',):
+        file = os.path.join(path, f'all__{name}.npy')
+        if name == 'ratings' and not os.path.exists(file):
+            arrays[name] = None
+            continue
+        try:
+            arrays[name] = np.load(file, mmap_mode='r' if mmap else None)
+        except FileNotFoundError:
+            _fail(file, 'missing')
+        except (OSError, ValueError) as e:
+            _fail(file, f'unreadable ({e})')
+        if arrays[name].dtype.kind not in 'iu':
+            _fail(file, f'dtype {arrays[name].dtype} is not an integer type')
+
+    inputs, labels = arrays['inputs'], arrays['labels']
+    seq_len = metadata['seq_len']
+    if inputs.ndim != 2 or inputs.shape[1] != seq_len:
+        _fail(path, f'all__inputs.npy has shape {inputs.shape}, expected [N, {seq_len}]')
+    if labels.shape != inputs.shape:
+        _fail(path, f'all__labels.npy has shape {labels.shape}, all__inputs.npy {inputs.shape}')
+    puzzles = arrays['puzzle_identifiers'].shape[0]
+    _check_index(path, arrays['puzzle_indices'], 'all__puzzle_indices.npy', puzzles + 1, inputs.shape[0])
+    _check_index(path, arrays['group_indices'], 'all__group_indices.npy',
+                 metadata['total_groups'] + 1, puzzles)
+    if arrays['ratings'] is not None and arrays['ratings'].shape != (inputs.shape[0],):
+        _fail(path, f'all__ratings.npy has shape {arrays["ratings"].shape}, expected [{inputs.shape[0]}]')
+    # The index arrays are small and read on every batch: keep them in memory.
+    for name in ('puzzle_identifiers', 'puzzle_indices', 'group_indices'):
+        arrays[name] = np.asarray(arrays[name], np.int64)
+    return Split(path=path, metadata=metadata, **arrays)
+
+
+def split_arrays(inputs, labels, group_size, ratings):
+    """Arrays and metadata of a split whose examples are each their own puzzle and come in
+    consecutive groups of `group_size` (an original and its augmentations)."""
+    count = inputs.shape[0]
+    groups = count // group_size
+    assert groups * group_size == count, 'examples must fill whole groups'
+    metadata = dict(pad_id=0, ignore_label_id=0, blank_identifier_id=0, vocab_size=VOCAB_SIZE,
+                    seq_len=SEQ_LEN, num_puzzle_identifiers=1, total_groups=groups,
+                    mean_puzzle_examples=1, total_puzzles=groups, sets=['all'])
+    arrays = dict(inputs=np.asarray(inputs, np.uint8), labels=np.asarray(labels, np.uint8),
+                  puzzle_identifiers=np.zeros(count, np.int32),
+                  puzzle_indices=np.arange(count + 1, dtype=np.int32),
+                  group_indices=np.arange(0, count + 1, group_size, dtype=np.int32),
+                  ratings=np.asarray(ratings, np.int32))
+    return arrays, metadata
+
+
+def write_dataset(output_dir, splits):
+    """Writes {split: (arrays, metadata)} to output_dir atomically."""
+    output_dir = os.path.abspath(os.fspath(output_dir))
+    if os.path.exists(output_dir):
+        raise DatasetError(f'{output_dir} already exists: remove it or choose another output directory')
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(output_dir)}.partial-', dir=parent)
+    try:
+        os.chmod(tmp, 0o755)   # mkdtemp's 0700 would hide the dataset from other users
+        with open(os.path.join(tmp, 'identifiers.json'), 'w') as f:
+            json.dump(['<blank>'], f)
+        for split, (arrays, metadata) in splits.items():
+            os.mkdir(os.path.join(tmp, split))
+            for name, array in arrays.items():
+                np.save(os.path.join(tmp, split, f'all__{name}.npy'), array)
+            with open(os.path.join(tmp, split, 'dataset.json'), 'w') as f:
+                json.dump(metadata, f)
+        try:
+            os.rename(tmp, output_dir)
+        except OSError:
+            # Runs on one machine sharing a dataset cache can race to build it; builds are
+            # deterministic, so the winner's bytes are ours and the loser just steps aside.
+            if not os.path.isdir(output_dir):
+                raise
+            if not _same_files(tmp, output_dir):
+                raise DatasetError(f'{output_dir} appeared during the build with other contents: '
+                                   f'remove it and build again') from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)   # nothing left after a successful rename
+
+
+def _same_files(a, b):
+    def listing(root):
+        return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files)
+    names = listing(a)
+    return names == listing(b) and all(
+        filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
