@@ -1,0 +1,110 @@
+"""Metrics out of a run: metrics.jsonl, TensorBoard scalars, and a console progress line.
+
+Only host 0 writes. Values arrive already on the host (read in a step closure, one step
+late), so nothing here touches a device.
+"""
+
+import json
+import math
+import sys
+import time
+
+from trm_spmd import fs
+
+
+class MetricWriter:
+    """Appends one JSON object per log event to DIR/metrics.jsonl and mirrors it to TensorBoard."""
+
+    # On a bucket an object cannot be appended to: the whole file is re-uploaded, at most this often.
+    REMOTE_FLUSH_SECONDS = 60.0
+
+    def __init__(self, workdir, enabled=True, tensorboard=True):
+        self.enabled = enabled
+        self.path = fs.join(workdir, 'metrics.jsonl')
+        self._remote = fs.is_remote(workdir)
+        self._lines = []
+        self._last_upload = 0.0
+        self._tb = None
+        if not enabled:
+            return
+        if self._remote and fs.exists(self.path):
+            self._lines = fs.read_text(self.path).splitlines(keepends=True)
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+            self._tb = SummaryWriter(logdir=fs.join(workdir, 'tensorboard'), flush_secs=30)
+
+    def write(self, step, scalars):
+        if not self.enabled:
+            return
+        record = {'step': int(step), 'time': time.time()}
+        record.update({k: _plain(v) for k, v in scalars.items()})
+        line = json.dumps(record) + '\n'
+        if self._remote:
+            self._lines.append(line)
+            if time.time() - self._last_upload > self.REMOTE_FLUSH_SECONDS:
+                self._upload()
+        else:
+            with open(self.path, 'a') as f:
+                f.write(line)
+        if self._tb is not None:
+            for name, value in record.items():
+                if name not in ('step', 'time') and isinstance(value, (int, float)):
+                    self._tb.add_scalar(name, value, global_step=int(step), walltime=record['time'])
+
+    def _upload(self):
+        fs.write_text(self.path, ''.join(self._lines))
+        self._last_upload = time.time()
+
+    def flush(self):
+        if not self.enabled:
+            return
+        if self._remote:
+            self._upload()
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self):
+        self.flush()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def _plain(value):
+    value = float(value) if hasattr(value, '__float__') and not isinstance(value, (bool, int)) else value
+    return value
+
+
+def format_duration(seconds):
+    if seconds is None or not math.isfinite(seconds):
+        return '?'
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'
+
+
+class Progress:
+    """The console line: step, rate, ETA and the key metrics."""
+
+    def __init__(self, total_steps, enabled=True, stream=None):
+        self.total = total_steps
+        self.enabled = enabled
+        self.stream = stream or sys.stdout
+        self.start = time.time()
+
+    def line(self, step, steps_per_s, scalars):
+        remaining = (self.total - step) / steps_per_s if steps_per_s > 0 else None
+        parts = [f'step {step}/{self.total}', f'{steps_per_s:.2f} steps/s',
+                 f'elapsed {format_duration(time.time() - self.start)}', f'eta {format_duration(remaining)}']
+        for key, label in (('train/loss', 'loss'), ('train/accuracy', 'acc'),
+                           ('train/exact_accuracy', 'exact'), ('train/steps', 'act'),
+                           ('train/lr', 'lr'), ('eval/exact_accuracy', 'eval_exact')):
+            if key in scalars:
+                value = scalars[key]
+                parts.append(f'{label} {value:.3g}' if key != 'train/lr' else f'{label} {value:.2e}')
+        return ' | '.join(parts)
+
+    def show(self, step, steps_per_s, scalars):
+        if self.enabled:
+            print(self.line(step, steps_per_s, scalars), file=self.stream, flush=True)
