@@ -1,0 +1,10 @@
+"""Results analysis for trm_spmd studies: comparison tables, a status dashboard, plots.
+
+Reads the run directories the training loop writes (config.json, run.json,
+metrics.jsonl). Plotting needs matplotlib (the optional `plots` group); the rest does
+not. Command line: `python -m trm_spmd.analysis {compare,status,plot} ...`.
+"""
+
+from trm_spmd.analysis.runs import Run, RunDiscoveryError, load_run, load_runs
+
+__all__ = ['Run', 'RunDiscoveryError', 'load_run', 'load_runs']

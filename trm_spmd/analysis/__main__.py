@@ -1,0 +1,123 @@
+"""Command line: compare runs, show the study dashboard, draw the study plots.
+
+    python -m trm_spmd.analysis compare ROOT/tn_sweep [--out=DIR] [--format=markdown|csv|both]
+    python -m trm_spmd.analysis status ROOT
+    python -m trm_spmd.analysis plot 'ROOT/*/*' --out=DIR [--baseline=RUN]
+
+Every command takes run directories, globs, or a study root (searched recursively for
+directories holding config.json).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+from trm_spmd.analysis import plots, runs as runs_lib, tables
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _add_runs_arguments(parser):
+    parser.add_argument('runs', nargs='+', metavar='DIR_OR_GLOB',
+                        help='run directories, globs, or study roots')
+    parser.add_argument('--stale_after', '--stale-after', type=float, default=30.0,
+                        metavar='MINUTES',
+                        help='a "running" run silent this long is shown as stale (default 30)')
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog='python -m trm_spmd.analysis',
+        description='Tables, dashboard and plots from trm_spmd run directories.')
+    commands = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+
+    compare = commands.add_parser('compare', help='one table row per run')
+    _add_runs_arguments(compare)
+    compare.add_argument('--out', metavar='DIR',
+                         help='also write compare.md / compare.csv here')
+    compare.add_argument('--format', choices=['markdown', 'csv', 'both'],
+                         help='default: markdown, or both when --out is given')
+
+    status = commands.add_parser('status', help='study dashboard: every run and its status')
+    _add_runs_arguments(status)
+
+    plot = commands.add_parser('plot', help='PNG plots of the runs')
+    _add_runs_arguments(plot)
+    plot.add_argument('--out', metavar='DIR', required=True, help='directory for the PNGs')
+    plot.add_argument('--baseline', metavar='RUN',
+                      help='run to mark as the baseline (label, variant, name or path); '
+                           'default: the run whose variant or name contains "baseline"')
+    return parser
+
+
+def _load(args, now):
+    loaded = runs_lib.load_runs(args.runs, now=now, stale_after_s=args.stale_after * 60)
+    for run in loaded:
+        for warning in run.warnings:
+            print(f'warning: {warning}', file=sys.stderr)
+    return loaded
+
+
+def _write(path, text):
+    with open(path, 'w') as f:
+        f.write(text)
+    print(f'wrote {path}', file=sys.stderr)
+
+
+def _compare(args, runs):
+    fmt = args.format or ('both' if args.out else 'markdown')
+    if fmt == 'both' and not args.out:
+        raise UsageError('--format=both writes compare.csv, which needs --out=DIR')
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    if fmt in ('markdown', 'both'):
+        text = tables.compare_markdown(runs)
+        sys.stdout.write(text)
+        if args.out:
+            _write(os.path.join(args.out, 'compare.md'), text)
+    if fmt in ('csv', 'both'):
+        text = tables.compare_csv(runs)
+        if args.out:
+            _write(os.path.join(args.out, 'compare.csv'), text)
+        else:
+            sys.stdout.write(text)
+
+
+def _plot(args, runs):
+    results = plots.render_all(runs, args.out, baseline=args.baseline)
+    for filename, path, reason in results:
+        if path:
+            print(f'wrote   {path}')
+        else:
+            print(f'skipped {filename}: {reason}')
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    now = time.time()
+    try:
+        if args.command == 'plot':
+            plots.require_matplotlib()  # before reading runs, so the fix comes first
+        runs = _load(args, now)
+        if args.command == 'compare':
+            _compare(args, runs)
+        elif args.command == 'status':
+            sys.stdout.write(tables.status_markdown(runs, now))
+        else:
+            _plot(args, runs)
+    except (runs_lib.RunDiscoveryError, plots.MatplotlibMissing, plots.BaselineError,
+            UsageError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f'error: {e.filename or ""}: {e.strerror}; check the path and its permissions',
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
