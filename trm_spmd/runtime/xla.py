@@ -106,9 +106,10 @@ class XlaRuntime(Runtime):
         self._xm.wait_device_ops()
 
     def add_step_closure(self, fn, args=()):
-        # Runs after the step's graph executed, on a thread: device values are ready and
-        # reading them does not stall the dispatch of the next step.
-        self._xm.add_step_closure(fn, args, run_async=True)
+        # Runs at the next sync, i.e. when the following step has been dispatched: reading
+        # the values waits for this step only, while the device works on the next one.
+        # (Not run_async: closures left in its thread can be lost when the process ends.)
+        self._xm.add_step_closure(fn, args, run_async=False)
 
     def counters(self):
         met = self._met

@@ -23,7 +23,7 @@ from trm_spmd.train import state as state_lib
 from trm_spmd.train.data import open_dataset
 from trm_spmd.train.evaluate import DifficultyBuckets, Evaluator
 from trm_spmd.train.metrics import MetricWriter, Progress, format_duration
-from trm_spmd.train.setup import build_trainer, device_state
+from trm_spmd.train.setup import build_trainer, device_state, settle
 from trm_spmd.train.setup import step_tensor as make_step_tensor
 
 
@@ -82,7 +82,6 @@ def train_and_evaluate(config, workdir, source=None):
         raise UserError('eval.save_outputs needs a single host (it gathers every logit on one host)')
     hosts.check_agreement(runtime, config)
     main_host = runtime.is_main_host
-    fs.makedirs(workdir)
 
     dataset = open_dataset(config, runtime)
     total_steps, eval_every = schedule_steps(config, dataset.train.num_groups)
@@ -91,6 +90,7 @@ def train_and_evaluate(config, workdir, source=None):
     cfg, model, ema = trainer.cfg, trainer.model, trainer.ema
     flops_per_example = train_flops_per_example_step(cfg)
 
+    fs.makedirs(workdir)   # only now: a run that cannot start leaves nothing behind
     run_info = {
         'config_file': source.get('config_file', ''), 'overrides': source.get('overrides', {}),
         'config_hash': config_hash(config), 'flops_per_example_step': flops_per_example,
@@ -179,11 +179,13 @@ class _TrainLoop:
         if latest is not None:
             carry = state_lib.restore_training(self.checkpointer, latest, self.model, self.optimizers,
                                                self.ema, self.loader, carry, self.runtime)
+            settle(self.trainer, self.runtime)
             logging.info('resumed from %s at step %d', fs.join(self.workdir, 'checkpoints'), latest)
             print(f'resuming from step {latest} ({fs.join(self.workdir, "checkpoints", str(latest))})', flush=True)
             return latest, carry
         if self.config.init_from:
             state_lib.initialize_from(self.config.init_from, self.model, self.ema, self.checkpointer, self.cfg)
+            settle(self.trainer, self.runtime)
             print(f'initialised weights from {self.config.init_from}', flush=True)
         return 0, carry
 
@@ -195,7 +197,8 @@ class _TrainLoop:
             raise NonFiniteLoss(
                 f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
                 f'{fs.join(self.workdir, "checkpoints")} (lower optim.lr, or set train.nan_policy=skip)')
-        state, meta = state_lib.training_state(step, self.model, self.optimizers, self.ema, self.loader, carry,
+        # The prefetcher's position: the batches the steps consumed, not those prepared ahead.
+        state, meta = state_lib.training_state(step, self.model, self.optimizers, self.ema, self.batches, carry,
                                                self.runtime)
         self.checkpointer.save(step, state, meta, eval_metrics)
 
@@ -243,7 +246,8 @@ class _TrainLoop:
     def run(self):
         self.stop.install()
         step, carry = self._restore_or_init()
-        self.loader.load_state_dict({**self.loader.state_dict(), 'step': step})
+        if self.loader.step != step:
+            raise RuntimeError(f'data position {self.loader.step} does not match the restored step {step}')
         if step >= self.total_steps:
             print(f'nothing to do: the run already reached step {step} of {self.total_steps}', flush=True)
             return self.last_eval or self.evaluator.run(step)
@@ -253,7 +257,7 @@ class _TrainLoop:
         log_every = config.train.log_every_steps
         ckpt_every = config.checkpoint.every_steps
         from trm_spmd.data.loader import Prefetcher
-        prefetcher = Prefetcher(self.loader, depth=config.data.prefetch)
+        self.batches = prefetcher = Prefetcher(self.loader, depth=config.data.prefetch)
         step_tensor = make_step_tensor(self.runtime, step)
         sums = self.zero
         self._started = time.time()

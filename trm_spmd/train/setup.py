@@ -41,13 +41,20 @@ def build_trainer(config, runtime, total_steps, vocab_size=11, seq_len=81, num_p
 
 
 def device_state(trainer, runtime, batch_size):
-    """(carry, zero sums) on the device, with every persistent tensor marked as a step's
-    outputs are (replicated) so the first step traces the same graph as every later one."""
+    """(carry, zero sums) on the device, everything settled (see settle)."""
     device = runtime.device
     carry = initial_carry(trainer.model, batch_size, device)
     carry = {k: runtime.shard_along_data(v) for k, v in carry.items()}
     zero = zero_sums(TRAIN_SUMS + TRAIN_STATE, device)
-    tensors = [p.data for p in trainer.model.parameters()] + list(trainer.model.buffers()) + list(zero.values())
+    settle(trainer, runtime, zero.values())
+    return carry, zero
+
+
+def settle(trainer, runtime, extra=()):
+    """Marks every persistent tensor as a step's outputs are (replicated) and materializes
+    pending writes (initialisation, a restored checkpoint), so the first step traces the
+    same graph as every later one."""
+    tensors = [p.data for p in trainer.model.parameters()] + list(trainer.model.buffers()) + list(extra)
     for opt in trainer.optimizers:
         if opt is not None:
             for state in opt.state.values():
@@ -57,7 +64,6 @@ def device_state(trainer, runtime, batch_size):
     for tensor in tensors:
         runtime.replicate(tensor)
     runtime.sync()
-    return carry, zero
 
 
 def step_tensor(runtime, step):

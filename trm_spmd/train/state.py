@@ -26,12 +26,14 @@ def _optimizer_state(optimizer):
 @torch.no_grad()
 def _load_optimizer_state(optimizer, tree, name):
     params = [p for g in optimizer.param_groups for p in g['params']]
-    if len(tree) != len([p for p in params if p in optimizer.state]):
-        raise UserError(f'checkpoint optimizer {name!r} holds {len(tree)} parameters, the model '
-                        f'{len(params)}: resume with the config the run was started with')
-    for i, p in enumerate(params):
-        for key, value in tree[str(i)].items():
-            optimizer.state[p][key].copy_(torch.from_numpy(np.asarray(value)))
+    stateful = [str(i) for i, p in enumerate(params) if p in optimizer.state]
+    tree = tree or {}   # an optimizer without state (SignSGD) saves an empty tree
+    if sorted(tree) != sorted(stateful):
+        raise UserError(f'checkpoint optimizer {name!r} holds state for {len(tree)} parameters, this run '
+                        f'{len(stateful)}: resume with the config the run was started with')
+    for i in stateful:
+        for key, value in tree[i].items():
+            optimizer.state[params[int(i)]][key].copy_(torch.from_numpy(np.asarray(value)))
 
 
 def training_state(step, model, optimizers, ema, loader, carry, runtime):
@@ -70,7 +72,7 @@ def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, 
     main, puzzle = optimizers
     _load_optimizer_state(main, tree['optim']['main'], 'main')
     if puzzle is not None:
-        _load_optimizer_state(puzzle, tree['optim']['puzzle'], 'puzzle')
+        _load_optimizer_state(puzzle, tree['optim'].get('puzzle'), 'puzzle')
     if ema is not None and 'ema' in tree:
         ema.load_state_dict({'decay': ema.decay, 'shadow': {k: torch.from_numpy(np.asarray(v))
                                                              for k, v in tree['ema'].items()}})
