@@ -8,8 +8,8 @@ orbax writes each step into a temporary directory and renames it when complete, 
 interrupted write is never listed as a step.
 
 The state is replicated on every device (data parallelism), so it is saved as plain numpy
-arrays. With host-local disks every host writes its own identical copy; with a bucket
-only host 0 writes and every host reads.
+arrays. With host-local disks every host writes its own identical copy; with a bucket (or
+processes of one machine) only host 0 writes and every host reads.
 """
 
 import numpy as np
@@ -34,9 +34,9 @@ def to_numpy_tree(tree):
 
 
 class Checkpointer:
-    def __init__(self, workdir, keep, keep_best, async_save, is_main_host):
+    def __init__(self, workdir, keep, keep_best, async_save, is_main_host, shared_filesystem=False):
         self.workdir = workdir
-        self.writes = is_main_host or not fs.is_remote(workdir)
+        self.writes = is_main_host or not (fs.is_remote(workdir) or shared_filesystem)
         options = dict(enable_async_checkpointing=async_save, create=True,
                        read_only=not self.writes, cleanup_tmp_directories=True)
         self.latest = ocp.CheckpointManager(

@@ -1,8 +1,8 @@
 """Exponential moving average of the trainable weights, with one persistent shadow copy.
 
 The reference deep-copies the model at every eval; a traced eval then sees a new module
-and recompiles. Here the averaged tensors are swapped into the live parameters for eval and
-swapped back after: no copy of the weights, the same Parameter objects, the same graph.
+and recompiles. Here the averaged values are swapped into the live parameters for eval and
+swapped back after: the same Parameter objects, the same graph.
 Only the tensors given are averaged (the reference averages model.parameters(), where the
 puzzle embedding is a buffer): TRM.named_main_parameters().
 """
@@ -33,11 +33,14 @@ class EMA:
         for s, p in zip(self.shadow, self.params):
             s.mul_(self.decay).add_(p.detach() * (1 - self.decay))
 
+    @torch.no_grad()
     def _swap(self):
-        for i, p in enumerate(self.params):
-            live = p.data
-            p.data = self.shadow[i]
-            self.shadow[i] = live
+        # Values are exchanged in place: the parameters stay the same tensors, so compiled
+        # functions (torch.compile guards, XLA graphs) see no new inputs.
+        for p, s in zip(self.params, self.shadow):
+            live = p.detach().clone()
+            p.copy_(s)
+            s.copy_(live)
         self.swapped = not self.swapped
 
     def swap_into(self):

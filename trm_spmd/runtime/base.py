@@ -10,6 +10,21 @@ class Runtime:
     local_device_count, process_index, process_count, mesh_shape, axis_names.
     """
 
+    # True when one program holds the global batch (SPMD); False when each process holds
+    # only its host slice and sums are all-reduced explicitly.
+    global_view = True
+    # True when every process of the run sees the same disk (processes of one machine).
+    shared_filesystem = False
+
+    def local_rows(self, global_rows):
+        """Rows of a global batch that this process's tensors hold."""
+        return global_rows if self.global_view else global_rows // self.process_count
+
+    def host_slice(self, global_rows):
+        """(start, stop) of this process's rows in the global batch."""
+        per_host = global_rows // self.process_count
+        return self.process_index * per_host, (self.process_index + 1) * per_host
+
     def put_batch(self, host_batch):
         raise NotImplementedError
 

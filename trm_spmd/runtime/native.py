@@ -17,6 +17,8 @@ from trm_spmd.runtime.base import Runtime
 
 class NativeRuntime(Runtime):
     name = 'native'
+    global_view = False
+    shared_filesystem = True   # torchrun processes of one machine
 
     def __init__(self, mesh_shape=(-1, 1), axis_names=('data', 'model'), compile_mode='none'):
         world = int(os.environ.get('WORLD_SIZE', '1'))
@@ -51,6 +53,15 @@ class NativeRuntime(Runtime):
         if self.process_count > 1:
             for t in tensors:
                 dist.all_reduce(t)
+
+    def to_host(self, tensor):
+        """The global tensor: every process's rows, gathered along dim 0."""
+        tensor = tensor.detach()
+        if self.process_count > 1:
+            parts = [torch.empty_like(tensor) for _ in range(self.process_count)]
+            dist.all_gather(parts, tensor.contiguous())
+            tensor = torch.cat(parts)
+        return tensor.cpu()
 
     def wait(self):
         if self.device.type == 'cuda':

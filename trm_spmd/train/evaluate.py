@@ -69,7 +69,7 @@ class Evaluator:
 
     def _initial_carry(self):
         if self._initial is None:
-            carry = initial_carry(self.model, self.global_batch, self.runtime.device)
+            carry = initial_carry(self.model, self.runtime.local_rows(self.global_batch), self.runtime.device)
             self._initial = {k: self.runtime.shard_along_data(v) for k, v in carry.items()}
             self.runtime.sync()
         return self._initial
@@ -79,6 +79,7 @@ class Evaluator:
         swap = self.ema is not None
         if swap:
             self.ema.swap_into()
+            self.runtime.sync()   # the swap as its own (cached) graph, not folded into the next one
         try:
             totals, outputs_kept = None, []
             for host_batch in self.batches:
@@ -92,17 +93,19 @@ class Evaluator:
                 totals = sums if totals is None else {k: totals[k] + v for k, v in sums.items()}
                 if self.config.eval.save_outputs:
                     outputs_kept.append(self._host_outputs(outputs, host_batch))
+            self.runtime.all_reduce_sum_(list(totals.values()))
             host = {k: v.detach().cpu().numpy() for k, v in totals.items()}
         finally:
             if swap:
                 self.ema.swap_back()
+                self.runtime.sync()
         if outputs_kept and self.runtime.is_main_host:
             self._save_outputs(step, outputs_kept)
         return self._summarize(host)
 
     def _host_outputs(self, outputs, host_batch):
         keep = np.asarray(host_batch['valid'], dtype=bool)
-        rows = slice(self.runtime.process_index * len(keep), (self.runtime.process_index + 1) * len(keep))
+        rows = slice(*self.runtime.host_slice(self.global_batch)) if self.runtime.global_view else slice(None)
         logits = outputs['logits'].float().cpu().numpy()[rows][keep]
         return {'index': np.asarray(host_batch['index'])[keep], 'logits': logits,
                 'q_halt': outputs['q_halt_logits'].float().cpu().numpy()[rows][keep],

@@ -102,7 +102,7 @@ def train_and_evaluate(config, workdir, source=None):
         fs.write_text(fs.join(workdir, 'run.json'), json.dumps(run_info, indent=2))
 
     checkpointer = Checkpointer(workdir, config.checkpoint.keep, config.checkpoint.keep_best,
-                                config.checkpoint.async_save, main_host)
+                                config.checkpoint.async_save, main_host, runtime.shared_filesystem)
     evaluator = Evaluator(model, ema, cfg, config, runtime, dataset.eval_batches(),
                           DifficultyBuckets(dataset.ratings_known, config.eval.difficulty_buckets), workdir)
     writer = MetricWriter(workdir, enabled=main_host, tensorboard=config.logging.tensorboard)

@@ -43,7 +43,7 @@ def build_trainer(config, runtime, total_steps, vocab_size=11, seq_len=81, num_p
 def device_state(trainer, runtime, batch_size):
     """(carry, zero sums) on the device, everything settled (see settle)."""
     device = runtime.device
-    carry = initial_carry(trainer.model, batch_size, device)
+    carry = initial_carry(trainer.model, runtime.local_rows(batch_size), device)
     carry = {k: runtime.shard_along_data(v) for k, v in carry.items()}
     zero = zero_sums(TRAIN_SUMS + TRAIN_STATE, device)
     settle(trainer, runtime, zero.values())

@@ -77,15 +77,10 @@ def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, 
         ema.load_state_dict({'decay': ema.decay, 'shadow': {k: torch.from_numpy(np.asarray(v))
                                                              for k, v in tree['ema'].items()}})
     loader.load_state_dict(meta['loader'])
-    start, stop = _host_rows(carry['halted'].shape[0], runtime)
+    start, stop = runtime.host_slice(np.asarray(tree['carry']['halted']).shape[0])
     host = {k: np.asarray(tree['carry'][k])[start:stop] for k in carry}
     placed = runtime.put_batch(host)
     return {k: placed[k].to(carry[k].dtype) for k in carry}
-
-
-def _host_rows(global_rows, runtime):
-    per_host = global_rows // runtime.process_count
-    return runtime.process_index * per_host, (runtime.process_index + 1) * per_host
 
 
 def initialize_from(source, model, ema, checkpointer, cfg):

@@ -73,8 +73,10 @@ class TrainStep:
 
     def __call__(self, carry, batch, step, sums, H_cycles=None, L_cycles=None):
         lr, puzzle_lr, explore = self._schedules(step)
-        rows = batch['inputs'].shape[0]
-        uniforms = counter_uniforms(self.config.seed, step, rows, 2, batch['inputs'].device)
+        # Drawn for the global batch, then this process's rows: the same numbers for every
+        # row whatever the backend and process count.
+        start, stop = (0, self.global_batch) if self.runtime.global_view else self.runtime.host_slice(self.global_batch)
+        uniforms = counter_uniforms(self.config.seed, step, self.global_batch, 2, batch['inputs'].device)[start:stop]
 
         carry_parts = _micro_batches(carry, self.accum)
         batch_parts = _micro_batches(dict(batch, uniforms=uniforms), self.accum)
