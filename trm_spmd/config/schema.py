@@ -119,7 +119,7 @@ def default_config() -> ml_collections.ConfigDict:
     g.console_every_steps = 0    # 0: same as train.log_every_steps
 
     c.xla = x = ml_collections.ConfigDict()
-    x.cache_dir = ''             # '' -> ~/.cache/trm_spmd/xla_cache
+    x.cache_dir = ''             # persistent compilation cache: '' -> ~/.cache/trm_spmd/xla_cache on TPU, 'none' -> off
     x.max_different_graphs = 8
 
     c.native = n = ml_collections.ConfigDict()

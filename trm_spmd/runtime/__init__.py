@@ -4,6 +4,8 @@
 `native`: plain torch on CPU or CUDA (torch_xla 2.9 has no GPU support).
 """
 
+import os
+
 import torch
 
 from trm_spmd.runtime.base import Runtime
@@ -27,10 +29,22 @@ def select_backend(requested):
     return requested
 
 
+def xla_cache_dir(setting):
+    """'' -> ~/.cache/trm_spmd/xla_cache on TPUs (on CPUs torch_xla writes but never reads
+    it), 'none' -> no cache, anything else is the directory."""
+    if setting == 'none':
+        return ''
+    if setting:
+        return setting
+    if os.environ.get('PJRT_DEVICE', '').upper() == 'TPU':
+        return os.path.join(os.path.expanduser('~'), '.cache', 'trm_spmd', 'xla_cache')
+    return ''
+
+
 def create_runtime(config):
     backend = select_backend(config.backend)
     if backend == 'xla':
-        return XlaRuntime(config.mesh.shape, config.mesh.axis_names, config.xla.cache_dir)
+        return XlaRuntime(config.mesh.shape, config.mesh.axis_names, xla_cache_dir(config.xla.cache_dir))
     return NativeRuntime(config.mesh.shape, config.mesh.axis_names, config.native.compile)
 
 

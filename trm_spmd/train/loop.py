@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 
-from absl import logging
 
 from trm_spmd import fs, hosts
 from trm_spmd.checkpoint import Checkpointer
@@ -97,6 +96,12 @@ def train_and_evaluate(config, workdir, source=None):
         'total_steps': total_steps, 'trainable_parameters': trainable_param_count(model),
         'backend': runtime.describe(), 'started': started, 'ended': None, 'status': 'running', 'message': '',
     }
+    previous = fs.join(workdir, 'run.json')
+    if main_host and fs.exists(previous):
+        before = json.loads(fs.read_text(previous)).get('config_hash')
+        if before and before != run_info['config_hash']:
+            print(f'warning: {workdir} was started with config hash {before}, this command resolves to '
+                  f'{run_info["config_hash"]}; resuming with the new config', flush=True)
     if main_host:
         fs.write_text(fs.join(workdir, 'config.json'), config.to_json_best_effort(indent=2, sort_keys=True))
         fs.write_text(fs.join(workdir, 'run.json'), json.dumps(run_info, indent=2))
@@ -180,7 +185,6 @@ class _TrainLoop:
             carry = state_lib.restore_training(self.checkpointer, latest, self.model, self.optimizers,
                                                self.ema, self.loader, carry, self.runtime)
             settle(self.trainer, self.runtime)
-            logging.info('resumed from %s at step %d', fs.join(self.workdir, 'checkpoints'), latest)
             print(f'resuming from step {latest} ({fs.join(self.workdir, "checkpoints", str(latest))})', flush=True)
             return latest, carry
         if self.config.init_from:
@@ -251,8 +255,10 @@ class _TrainLoop:
         if step >= self.total_steps:
             print(f'nothing to do: the run already reached step {step} of {self.total_steps}', flush=True)
             return self.last_eval or self.evaluator.run(step)
-        if len(self.stages) > 1:
-            logging.info('curriculum: %d stages, one compiled graph each: %s', len(self.stages), self.stages)
+        if len(self.stages) > 1 and self.runtime.is_main_host:
+            print('curriculum recursion: ' + ', '.join(f'from step {s}: H_cycles={h} L_cycles={l}'
+                                                       for s, h, l in self.stages)
+                  + f' ({len(self.stages)} compiled train graphs, one per stage)', flush=True)
         config = self.config
         log_every = config.train.log_every_steps
         ckpt_every = config.checkpoint.every_steps
