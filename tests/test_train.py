@@ -80,6 +80,14 @@ def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
         assert a['train/accuracy'] == pytest.approx(b['train/accuracy'], abs=1e-6)
 
 
+def test_gradient_checkpointing_changes_memory_not_numbers(tmp_path):
+    common = {'train.total_steps': 3, 'train.log_every_steps': 1}
+    plain = train_lines(read_metrics(_run(tmp_path / 'plain', runlocal(**common))))
+    remat = train_lines(read_metrics(_run(tmp_path / 'remat', runlocal(**common, **{'model.grad_checkpointing': True}))))
+    for a, b in zip(plain, remat):
+        assert a['train/loss'] == pytest.approx(b['train/loss'], abs=1e-5)
+
+
 def _run(workdir, config):
     train_and_evaluate(config, str(workdir))
     return str(workdir)

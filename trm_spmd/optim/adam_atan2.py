@@ -6,53 +6,28 @@ or a 0-d tensor (set `group['lr']` each step).
 """
 
 import torch
-from torch.optim import Optimizer
+
+from trm_spmd.optim.base import TraceableOptimizer
 
 
-class _Adam(Optimizer):
+class _Adam(TraceableOptimizer):
     """Shared state, weight decay and moment updates; subclasses define `_update`, the step itself."""
 
-    def __init__(self, params, defaults):
-        # capturable=True makes Optimizer.load_state_dict move 'step' onto the parameter's
-        # device instead of leaving it where the checkpoint had it.
-        super().__init__(params, {**defaults, 'capturable': True})
-        self.init_state()
+    def new_state(self, p):
+        # The step counter is a tensor: a traced step never bakes in a changing Python number.
+        return {'step': torch.zeros((), dtype=torch.float32, device=p.device),
+                'exp_avg': torch.zeros_like(p, memory_format=torch.preserve_format),
+                'exp_avg_sq': torch.zeros_like(p, memory_format=torch.preserve_format)}
 
-    @torch.no_grad()
-    def init_state(self):
-        """Creates all state up front, so the first traced step has the same inputs as the rest."""
-        for group in self.param_groups:
-            for p in group['params']:
-                if not self.state[p]:
-                    self.state[p] = {
-                        'step': torch.zeros((), dtype=torch.float32, device=p.device),
-                        'exp_avg': torch.zeros_like(p, memory_format=torch.preserve_format),
-                        'exp_avg_sq': torch.zeros_like(p, memory_format=torch.preserve_format),
-                    }
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        self.init_state()
-        for group in self.param_groups:
-            lr, weight_decay = group['lr'], group['weight_decay']
-            beta1, beta2 = group['betas']
-            for p in group['params']:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                state['step'] += 1
-                t = state['step']
-                grad = p.grad
-                # Decoupled weight decay, applied before the moment update as both references do.
-                p.mul_(1 - lr * weight_decay)
-                state['exp_avg'].lerp_(grad, 1 - beta1)
-                state['exp_avg_sq'].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                self._update(p, state['exp_avg'], state['exp_avg_sq'], 1 - beta1 ** t, 1 - beta2 ** t, group)
-        return loss
+    def update(self, p, grad, state, group):
+        beta1, beta2 = group['betas']
+        state['step'] += 1
+        t = state['step']
+        # Decoupled weight decay, applied before the moment update as both references do.
+        p.mul_(1 - group['lr'] * group['weight_decay'])
+        state['exp_avg'].lerp_(grad, 1 - beta1)
+        state['exp_avg_sq'].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        self._update(p, state['exp_avg'], state['exp_avg_sq'], 1 - beta1 ** t, 1 - beta2 ** t, group)
 
 
 class AdamATan2(_Adam):

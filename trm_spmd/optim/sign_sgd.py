@@ -8,30 +8,18 @@ reference would decay it.)
 """
 
 import torch
-from torch.optim import Optimizer
+
+from trm_spmd.optim.base import TraceableOptimizer
 
 
-class SignSGD(Optimizer):
+class SignSGD(TraceableOptimizer):
     """Per touched row: p = p * (1 - lr*wd) - lr * sign(g). `lr` may be a float or a 0-d tensor."""
 
     def __init__(self, params, lr=1e-4, weight_decay=0.0):
-        # torch.compile adds 'capturable' to a group with a tensor lr; having it from the
-        # start keeps the first compiled step's guards valid for the rest.
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, capturable=True))
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay))
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            lr, weight_decay = group['lr'], group['weight_decay']
-            for p in group['params']:
-                if p.grad is None:
-                    continue
-                grad = p.grad
-                touched = (grad != 0).reshape(grad.shape[0], -1).any(dim=1)
-                touched = touched.view((-1,) + (1,) * (grad.dim() - 1)).to(p.dtype)
-                p.mul_(1 - touched * (lr * weight_decay)).sub_(torch.sign(grad) * lr)
-        return loss
+    def update(self, p, grad, state, group):
+        lr = group['lr']
+        touched = (grad != 0).reshape(grad.shape[0], -1).any(dim=1)
+        touched = touched.view((-1,) + (1,) * (grad.dim() - 1)).to(p.dtype)
+        p.mul_(1 - touched * (lr * group['weight_decay'])).sub_(torch.sign(grad) * lr)

@@ -14,7 +14,14 @@ from trm_spmd.config.validate import resolve_mesh_shape
 from trm_spmd.runtime.base import Runtime
 
 
+def _default_device():
+    # Without PJRT_DEVICE torch_xla guesses (and warns); off a TPU VM the CPU is meant.
+    if 'PJRT_DEVICE' not in os.environ and not _on_tpu_vm():
+        os.environ['PJRT_DEVICE'] = 'CPU'
+
+
 def xla_available():
+    _default_device()
     try:
         import torch_xla  # noqa: F401
     except ImportError:
@@ -26,9 +33,7 @@ class XlaRuntime(Runtime):
     name = 'xla'
 
     def __init__(self, mesh_shape=(-1, 1), axis_names=('data', 'model'), cache_dir=''):
-        # Without PJRT_DEVICE torch_xla guesses (and warns); off a TPU VM the CPU is meant.
-        if 'PJRT_DEVICE' not in os.environ and not _on_tpu_vm():
-            os.environ['PJRT_DEVICE'] = 'CPU'
+        _default_device()
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.debug.metrics as met
@@ -96,6 +101,12 @@ class XlaRuntime(Runtime):
         return self._torch_xla._XLAC._get_xla_sharding_spec(tensor)
 
     # ---- execution ----------------------------------------------------------------
+    def checkpoint_fn(self, function, *args):
+        """Activation rematerialisation for XLA tensors: torch.utils.checkpoint looks up a
+        torch.xla device module that does not exist; torch_xla ships its own."""
+        import torch_xla.utils.checkpoint
+        return torch_xla.utils.checkpoint.checkpoint(function, *args, use_reentrant=True)
+
     def compile(self, fn, name, max_graphs=None):
         return self._torch_xla.compile(fn, full_graph=True, name=name, max_different_graphs=max_graphs)
 

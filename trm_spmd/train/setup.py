@@ -29,11 +29,10 @@ def build_trainer(config, runtime, total_steps, vocab_size=11, seq_len=81, num_p
                                 num_puzzle_identifiers=num_puzzle_identifiers)
     torch.manual_seed(config.seed)
     model = TRM(cfg)
+    if hasattr(runtime, 'checkpoint_fn'):
+        model.checkpoint_fn = runtime.checkpoint_fn
     model.to(runtime.device)
-    optimizers = build_optimizers(model, config)
-    for opt in optimizers:
-        if hasattr(opt, 'init_state'):
-            opt.init_state()
+    optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
     step = TrainStep(model, optimizers, ema, cfg, config, runtime, total_steps)
     step_fn = runtime.compile(step, 'train_step', config.xla.max_different_graphs)
