@@ -8,6 +8,10 @@ import os
 import tempfile
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def is_remote(path):
     return '://' in str(path)
 
@@ -57,6 +61,7 @@ def write_text(path, text):
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)   # mkstemp makes it private; a run's files are not
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

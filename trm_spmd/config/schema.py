@@ -116,7 +116,6 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.logging = g = ml_collections.ConfigDict()
     g.tensorboard = True
-    g.console_every_steps = 0    # 0: same as train.log_every_steps
 
     c.xla = x = ml_collections.ConfigDict()
     x.cache_dir = ''             # persistent compilation cache: '' -> ~/.cache/trm_spmd/xla_cache on TPU, 'none' -> off

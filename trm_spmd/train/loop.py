@@ -6,10 +6,10 @@ metrics are read on the host one step late, in step closures, at the log cadence
 
 import json
 import math
+import os
 import signal
 import threading
 import time
-
 
 from trm_spmd import fs, hosts
 from trm_spmd.checkpoint import Checkpointer
@@ -33,9 +33,9 @@ class NonFiniteLoss(UserError):
 def schedule_steps(config, num_groups):
     """(total_steps, eval_every): the reference counts in epochs over the training groups."""
     t, batch = config.train, config.data.global_batch_size
-    total = t.total_steps if t.total_steps > 0 else int(t.epochs * num_groups / batch)
+    total = max(t.total_steps if t.total_steps > 0 else int(t.epochs * num_groups / batch), 1)
     every = t.eval_every_steps if t.eval_every_steps > 0 else int(t.eval_every_epochs * num_groups / batch)
-    return max(total, 1), max(min(every, total), 1) if every > 0 else total
+    return total, min(max(every, 1), total)
 
 
 def curriculum_stages(config, total_steps):
@@ -75,6 +75,8 @@ def train_and_evaluate(config, workdir, source=None):
     """Trains (or, with config.mode='eval', evaluates) and returns the last metrics."""
     started = time.time()
     source = source or {}
+    if not fs.is_remote(workdir):
+        workdir = os.path.abspath(workdir)   # orbax (tensorstore) needs absolute paths
     runtime = create_runtime(config)
     validate(config, runtime.device_count, runtime.process_count)
     if config.eval.save_outputs and runtime.process_count > 1:

@@ -11,6 +11,7 @@ import torch
 from trm_spmd.model.act import act_step
 from trm_spmd.model.losses import loss_and_metrics
 from trm_spmd.model.rng import counter_uniforms
+from trm_spmd.optim import set_lr
 from trm_spmd.optim.schedule import learning_rate
 
 # Sums returned by loss_and_metrics, plus what the step adds; all reduce by addition.
@@ -116,11 +117,9 @@ class TrainStep:
         skip = self.config.train.nan_policy == 'skip'
         if skip:
             before = [t.detach().clone() for t in self._update_state()]
-        for group in self.main_optimizer.param_groups:
-            group['lr'] = lr
+        set_lr(self.main_optimizer, lr)
         if self.puzzle_optimizer is not None:
-            for group in self.puzzle_optimizer.param_groups:
-                group['lr'] = puzzle_lr
+            set_lr(self.puzzle_optimizer, puzzle_lr)
         for opt in self.optimizers:
             opt.step()
         if skip:

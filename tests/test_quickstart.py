@@ -1,0 +1,70 @@
+"""The newcomer's path: the quickstart learns (reduced here), and solve.py reads its run."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+from trm_spmd.config import load_config
+from trm_spmd.solve import load_model, report, solve, verdict
+from trm_spmd.train.loop import train_and_evaluate
+
+from conftest import REPO
+from test_train import read_metrics, train_lines
+
+
+def reduced_quickstart(**overrides):
+    config = load_config(f'{REPO}/configs/quickstart.py')
+    config.data.generate_train = 300
+    config.data.generate_test = 64
+    config.train.total_steps = 40
+    config.train.log_every_steps = 10
+    config.train.eval_every_steps = 40
+    config.optim.warmup_steps = 10
+    config.act.halt_max_steps = 4
+    for key, value in overrides.items():
+        section, leaf = key.split('.')
+        config[section][leaf] = value
+    return config
+
+
+def test_reduced_quickstart_learns_above_chance(tmp_path):
+    workdir = tmp_path / 'quickstart'
+    final = train_and_evaluate(reduced_quickstart(), str(workdir))
+    accuracy = [r['train/accuracy'] for r in train_lines(read_metrics(workdir))]
+    # Chance is 1/9 per cell; the model must have learned at least to keep the givens.
+    assert accuracy[0] < 0.13 < 0.16 < accuracy[-1], accuracy
+    assert final['eval/count'] == 64
+
+    model = load_model(str(workdir))
+    assert model.config.hidden_size == 128 and model.config.halt_max_steps == 4
+    puzzles = np.array([[0] * 81, [0] * 81], np.uint8)
+    results = solve(model, puzzles)
+    assert len(results) == 2
+    digits, steps, confidence = results[0]
+    assert digits.shape == (81,) and 1 <= steps <= 4 and 0.0 <= confidence <= 1.0
+    text = report(puzzles[0], digits, steps, confidence, 4)
+    assert f'ACT steps: {steps} of 4' in text and 'solution:' in text
+
+
+def test_verdict_names_what_is_wrong():
+    solution = np.array([int(c) for c in
+                         '534678912672195348198342567859761423426853791713924856961537284287419635345286179'], np.uint8)
+    puzzle = solution.copy()
+    puzzle[::2] = 0
+    assert verdict(puzzle, solution) == 'valid'
+    broken = solution.copy()
+    broken[1] = broken[0]
+    assert verdict(puzzle, broken).startswith('invalid: ')
+    assert verdict(puzzle, np.zeros(81, np.uint8)) == 'not a complete grid'
+
+
+def test_solve_cli_errors_are_one_line(tmp_path):
+    cmd = [sys.executable, '-m', 'trm_spmd.solve', f'--checkpoint={tmp_path}', '--puzzle=123']
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == 'error: --puzzle: puzzle has 3 characters, expected 81'
+    cmd[-1] = '--puzzle=' + '.' * 81
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert 'is neither a run directory' in result.stderr.strip().splitlines()[-1]
