@@ -53,6 +53,8 @@ def test_runlocal_trains_evaluates_and_compiles_nothing_after_warmup(tmp_path):
     import torch_xla.debug.metrics as met
     assert met.counter_value('UncachedCompile') == at_warm
     assert all(r['xla/cpu_fallback_ops'] == 0 for r in train)
+    # No value is read back to the host inside a step (aten::_local_scalar_dense).
+    assert all(r['xla/host_syncs'] == train[0]['xla/host_syncs'] for r in train)
     assert final['eval/count'] == 16
     run = json.load(open(os.path.join(workdir, 'run.json')))
     assert run['status'] == 'done' and run['total_steps'] == 26

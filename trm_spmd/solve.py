@@ -4,8 +4,9 @@
   python -m trm_spmd.solve --checkpoint=runs/quickstart --file=puzzles.txt
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
-them) or one checkpoint step directory. The model runs its ACT steps and stops at the
-first step whose halting logit says "done" (q_halt > 0), or at halt_max_steps.
+them) or one checkpoint step directory. The model runs all halt_max_steps ACT steps, as the
+evaluation does; with --stop_when_confident each puzzle stops at the first step whose
+halting logit says "done" (q_halt > 0), as in training.
 """
 
 import json
@@ -30,6 +31,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string('checkpoint', None, 'run directory or checkpoint step directory')
 flags.DEFINE_string('puzzle', None, '81 characters, row by row, "." or "0" for a blank')
 flags.DEFINE_string('file', None, 'a file of puzzles, one per line')
+flags.DEFINE_bool('stop_when_confident', False, 'stop each puzzle at its first q_halt > 0')
 
 
 def _run_dir_and_checkpoints(path):
@@ -67,7 +69,7 @@ def load_model(path):
 
 
 @torch.no_grad()
-def solve(model, puzzles):
+def solve(model, puzzles, stop_when_confident=False):
     """puzzles uint8 [N, 81] digits -> per puzzle (digits [81], ACT steps used, halt probability)."""
     cfg = model.config
     tokens = torch.from_numpy(to_tokens(puzzles).astype(np.int32))
@@ -81,7 +83,8 @@ def solve(model, puzzles):
     for step in range(1, cfg.halt_max_steps + 1):
         carry, outputs = act_step(model, carry, batch, training=False)
         q_halt = outputs['q_halt_logits']
-        stop = ~done & ((q_halt > 0) | (step == cfg.halt_max_steps))
+        confident = (q_halt > 0) if stop_when_confident else torch.zeros_like(done)
+        stop = ~done & (confident | (step == cfg.halt_max_steps))
         answer[stop] = predictions(outputs['logits'])[stop].to(answer.dtype)
         used[stop] = step
         confidence[stop] = torch.sigmoid(q_halt[stop])
@@ -146,7 +149,7 @@ def main(argv):
         raise UserError('--checkpoint=RUN_DIR is required')
     puzzles = read_puzzles()
     model = load_model(FLAGS.checkpoint)
-    results = solve(model, puzzles)
+    results = solve(model, puzzles, FLAGS.stop_when_confident)
     valid = 0
     for puzzle, (digits, steps, confidence) in zip(puzzles, results):
         print(report(puzzle, digits, steps, confidence, model.config.halt_max_steps), end='\n\n')

@@ -45,7 +45,8 @@ class XlaRuntime(Runtime):
         if cache_dir:
             os.makedirs(cache_dir, exist_ok=True)
             xr.initialize_cache(cache_dir, readonly=False)
-        xr.use_spmd()
+        if not xr.is_spmd():
+            xr.use_spmd()
 
         count = xr.global_runtime_device_count()
         self.mesh_shape = resolve_mesh_shape(mesh_shape, count)

@@ -239,6 +239,7 @@ class _TrainLoop:
                 'progress/pflop': step * self.batch * self.flops_per_example / 1e15,
                 'xla/uncached_compiles': counters['uncached_compiles'],
                 'xla/cpu_fallback_ops': counters['cpu_fallback_ops'],
+                'xla/host_syncs': counters['host_syncs'],
             }
             if self.config.train.nan_policy == 'skip':
                 scalars['train/skipped_updates'] = host['nonfinite']
