@@ -195,14 +195,17 @@ class _TrainLoop:
             print(f'initialised weights from {self.config.init_from}', flush=True)
         return 0, carry
 
+    def _nonfinite(self, step):
+        return NonFiniteLoss(
+            f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
+            f'{fs.join(self.workdir, "checkpoints")} (lower optim.lr, or set train.nan_policy=skip)')
+
     def _save(self, step, carry, sums, eval_metrics=None):
         # Never let a non-finite update reach a checkpoint: this read waits for the step.
         if self.config.train.nan_policy == 'stop' and float(sums['nonfinite_total'].cpu()) > 0:
             self.nonfinite = True
         if self.nonfinite:
-            raise NonFiniteLoss(
-                f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
-                f'{fs.join(self.workdir, "checkpoints")} (lower optim.lr, or set train.nan_policy=skip)')
+            raise self._nonfinite(step)
         # The prefetcher's position: the batches the steps consumed, not those prepared ahead.
         state, meta = state_lib.training_state(step, self.model, self.optimizers, self.ema, self.batches, carry,
                                                self.runtime)
@@ -281,9 +284,7 @@ class _TrainLoop:
                     self._log_closure(step, sums)
                     sums = dict(self.zero, nonfinite_total=sums['nonfinite_total'])
                 if self.nonfinite:
-                    raise NonFiniteLoss(
-                        f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
-                        f'{fs.join(self.workdir, "checkpoints")} (lower optim.lr, or set train.nan_policy=skip)')
+                    raise self._nonfinite(step)
                 eval_metrics = None
                 if step % self.eval_every == 0 or last:
                     self.runtime.wait()
@@ -304,6 +305,6 @@ class _TrainLoop:
             self.runtime.wait()
             self.runtime.sync()
         if self.nonfinite:
-            raise NonFiniteLoss(f'non-finite loss before step {step}: stopped; last good checkpoint kept')
+            raise self._nonfinite(step)
         self.writer.flush()
         return self.last_eval
