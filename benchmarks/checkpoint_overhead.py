@@ -4,8 +4,8 @@
     python benchmarks/checkpoint_overhead.py --config=configs/baseline.py --global_batch=16   # CPU
     python benchmarks/checkpoint_overhead.py --workdir=gs://BUCKET/tmp/ckpt_bench           # to a bucket
 
-A save, as the training loop does it (train/loop.py _save), is:
-  gather   train.state.training_state: parameters, both optimizers' states, EMA and the
+A save, as the training loop does it (train/loop.py), is:
+  gather   train.checkpoint_io.checkpoint_tree: parameters, both optimizers' states, EMA and the
            ACT carry copied from the devices into numpy arrays (the loop waits for this);
   save     Checkpointer.save until it returns (the loop waits for this too);
   write    orbax's background write, measured by Checkpointer.wait() (training goes on).
@@ -23,25 +23,14 @@ import tempfile
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 if __package__ in (None, ''):
     # Run as `python benchmarks/checkpoint_overhead.py`: make `benchmarks.*` importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import peaks, step_time  # noqa: E402
-from trm_spmd import errors  # noqa: E402
+from benchmarks import common, peaks, step_time  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
-
-
-class _Position:
-    """The data position a checkpoint records; synthetic batches have nothing but a step."""
-
-    def __init__(self):
-        self.step = 0
-
-    def state_dict(self):
-        return {'step': self.step}
 
 
 def random_carry(bench, rows):
@@ -58,7 +47,7 @@ def random_carry(bench, rows):
     generator = torch.Generator().manual_seed(0)
     for key in ('z_H', 'z_L'):
         carry[key] = torch.randn(carry[key].shape, generator=generator).to(carry[key].dtype)
-    cells = step_time.synthetic_batch(np.random.default_rng(0), rows)
+    cells = common.synthetic_batch(np.random.default_rng(0), rows)
     carry.update({k: torch.from_numpy(v) for k, v in cells.items()})
     carry['halted'] = torch.zeros(rows, dtype=torch.bool)
     return {k: runtime.shard_along_data(v.to(runtime.device)) for k, v in carry.items()}
@@ -73,9 +62,8 @@ def tree_bytes(tree):
 def measure_saves(bench, carry, workdir, saves):
     """Timed saves (each waited for before the next), then one save with a step running beside its write."""
     from trm_spmd.checkpoint import Checkpointer
-    from trm_spmd.train.state import training_state
+    from trm_spmd.train.checkpoint_io import checkpoint_tree
     runtime, trainer = bench.runtime, bench.trainer
-    position = _Position()
     checkpointer = Checkpointer(workdir, keep=saves + 2, keep_best=0, async_save=True,
                                 is_main_host=runtime.is_main_host, shared_filesystem=runtime.shared_filesystem)
     gather, blocking, write, state_bytes = [], [], [], 0
@@ -83,8 +71,9 @@ def measure_saves(bench, carry, workdir, saves):
         for i in range(saves + 1):
             runtime.wait()
             start = time.perf_counter()
-            state, meta = training_state(1000 + i, trainer.model, trainer.optimizers, trainer.ema, position,
-                                         carry, runtime)
+            # Synthetic batches have no data stream: the position is the step alone.
+            state, meta = checkpoint_tree(trainer, bench.state._replace(carry=carry), 1000 + i, {'step': 1000 + i},
+                                          runtime)
             gathered = time.perf_counter()
             checkpointer.save(1000 + i, state, meta)
             returned = time.perf_counter()
@@ -146,18 +135,13 @@ def report_lines(r, device, params):
 
 
 def define_flags():
-    flags.DEFINE_string('config', 'configs/baseline.py', 'config FILE.py[:ARG] (the model whose state is saved)')
-    flags.DEFINE_multi_string('override', [], 'config override KEY=VALUE (repeatable)')
+    common.define_flags('config FILE.py[:ARG] (the model whose state is saved); override fields with --config.a.b=VALUE')
     flags.DEFINE_integer('global_batch', 0, 'global batch of the timed training steps (0: the config\'s)')
     flags.DEFINE_integer('carry_batch', 0, 'rows of the saved ACT carry (0: the config\'s global batch)')
     flags.DEFINE_integer('steps', 3, 'timed training steps')
     flags.DEFINE_integer('warmup', 1, 'warm-up training steps (the first compiles)')
     flags.DEFINE_integer('saves', 3, 'timed saves (the first includes orbax start-up and is reported apart)')
     flags.DEFINE_string('workdir', '', 'where the checkpoints go (default a temporary local directory, removed)')
-    flags.DEFINE_string('device_kind', '', 'name the hardware when detection cannot')
-    flags.DEFINE_string('out', '', 'directory for the result files (default benchmarks/results)')
-    flags.DEFINE_string('tag', '', 'suffix of the result file name')
-    flags.DEFINE_string('notes', '', 'free text stored with the result')
 
 
 def main(argv):
@@ -166,19 +150,15 @@ def main(argv):
     FLAGS = flags.FLAGS
     if FLAGS.saves < 1:
         raise UserError(f'--saves={FLAGS.saves} must be >= 1')
-    config, overrides = step_time.load_run_config(FLAGS.config, FLAGS.override)
-    carry_batch = FLAGS.carry_batch or config.data.global_batch_size
-    if FLAGS.global_batch:
-        config.data.global_batch_size = FLAGS.global_batch
-        overrides['data.global_batch_size'] = FLAGS.global_batch
+    carry_batch = FLAGS.carry_batch or FLAGS.config.data.global_batch_size
+    config, overrides = common.config_and_overrides(**{'data.global_batch_size': FLAGS.global_batch})
     bench = step_time.TrainBench(config)
     device = peaks.detect(bench.runtime, FLAGS.device_kind)
-    main_host = bench.runtime.is_main_host
-    if main_host:
-        print(f'checkpoint overhead of {FLAGS.config} on {device.description}: steps at global batch '
-              f'{bench.global_batch}, carry of {carry_batch} rows, {FLAGS.saves} timed saves', flush=True)
+    if bench.runtime.is_main_host:
+        print(f'checkpoint overhead of {FLAGS["config"].config_filename} on {device.description}: steps at global '
+              f'batch {bench.global_batch}, carry of {carry_batch} rows, {FLAGS.saves} timed saves', flush=True)
     timing = step_time.measure(bench, FLAGS.warmup, FLAGS.steps)
-    carry = bench.carry if carry_batch == bench.global_batch else random_carry(bench, carry_batch)
+    carry = bench.state.carry if carry_batch == bench.global_batch else random_carry(bench, carry_batch)
     if FLAGS.workdir:
         saves = measure_saves(bench, carry, FLAGS.workdir, FLAGS.saves)
     else:
@@ -186,18 +166,12 @@ def main(argv):
             saves = measure_saves(bench, carry, workdir, FLAGS.saves)
     results = summarize(timing['step_ms'], *saves, bench.global_batch, carry_batch)
     results['first_step_s'] = timing['first_step_s']
-    lines = report_lines(results, device, bench.parameters)
-    if main_host:
-        print('\n'.join(lines), flush=True)
-    record = step_time.result_record(
-        'checkpoint_overhead', FLAGS.config, overrides,
-        settings={'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'saves': FLAGS.saves, 'step_batch': bench.global_batch,
-                  'carry_batch': carry_batch, 'workdir': FLAGS.workdir or 'temporary local directory'},
-        results=results, notes=FLAGS.notes, device={**vars(device), 'slug': device.slug})
-    stem = f'checkpoint_overhead_{device.slug}' + (f'_{FLAGS.tag}' if FLAGS.tag else '')
-    step_time.write_result(FLAGS.out, stem, record, lines, enabled=main_host)
+    common.report('checkpoint_overhead', device,
+                  {'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'saves': FLAGS.saves,
+                   'step_batch': bench.global_batch, 'carry_batch': carry_batch,
+                   'workdir': FLAGS.workdir or 'temporary local directory'},
+                  results, report_lines(results, device, bench.parameters), bench.runtime.is_main_host, overrides)
 
 
 if __name__ == '__main__':
-    define_flags()
-    errors.run_main(app.run, main)
+    common.run(define_flags, main)

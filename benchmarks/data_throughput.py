@@ -38,11 +38,11 @@ flags.DEFINE_float('seconds', 3.0, 'timing window per measurement')
 FLAGS = flags.FLAGS
 
 
-def _rate(batches, batch_size, seconds):
-    next(batches)                                     # warm: page cache, permutation
+def _rate(next_batch, batch_size, seconds):
+    next_batch()                                      # warm: page cache, permutation
     start, count = time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
-        next(batches)
+        next_batch()
         count += 1
     return count * batch_size / (time.perf_counter() - start)
 
@@ -67,11 +67,12 @@ def loader(workdir, smoke, seconds):
         global_batch, hosts = (int(x) for x in setup.split('/'))
         rows = global_batch // hosts
         for augment in (False, True):
-            make = lambda: TrainBatches(split, global_batch, seed=0, process_index=hosts - 1,
-                                        process_count=hosts, augment=augment)
-            direct = _rate(make(), rows, seconds)
-            with Prefetcher(make(), depth=2) as batches:
-                prefetched = _rate(batches, rows, seconds)
+            batch_at = TrainBatches(split, global_batch, seed=0, process_index=hosts - 1,
+                                    process_count=hosts, augment=augment).batch_at
+            steps = iter(range(1 << 62))
+            direct = _rate(lambda: batch_at(next(steps)), rows, seconds)
+            with Prefetcher(batch_at, depth=2) as batches:
+                prefetched = _rate(lambda: next(batches), rows, seconds)
             for mode, rate in (('no', direct), ('depth 2', prefetched)):
                 print(f'{global_batch:>13} {hosts:>6} {"yes" if augment else "no":>8} {mode:>9} {rate:>20,.0f}')
 

@@ -1,7 +1,7 @@
 """Evaluation throughput: examples/s through the real Evaluator, on synthetic test batches.
 
     python benchmarks/eval_throughput.py --config=configs/baseline.py --batches=4 --repeats=3
-    python benchmarks/eval_throughput.py --config=configs/quickstart.py --global_batch=256
+    python benchmarks/eval_throughput.py --config=configs/quickstart.py --config.eval.global_batch_size=256
 
 Every test batch runs exactly act.halt_max_steps ACT steps with the EMA weights swapped in
 (train/evaluate.py), then one metric-sum graph; the sums are read once per evaluation, so
@@ -15,14 +15,13 @@ import sys
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 if __package__ in (None, ''):
     # Run as `python benchmarks/eval_throughput.py`: make `benchmarks.*` importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import peaks, projection, step_time  # noqa: E402
-from trm_spmd import errors  # noqa: E402
+from benchmarks import common, peaks  # noqa: E402
 from trm_spmd.config import validate  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
 
@@ -38,7 +37,7 @@ class EvalBench:
 
         self.runtime = runtime = create_runtime(config)
         validate(config, runtime.device_count, runtime.process_count)
-        trainer = build_trainer(config, runtime, projection.run_steps(config, config.data.global_batch_size))
+        trainer = build_trainer(config, runtime)
         settle(trainer, runtime)
         self.global_batch = config.eval.global_batch_size
         self.num_batches = num_batches
@@ -47,12 +46,12 @@ class EvalBench:
         rng = np.random.default_rng([config.seed, runtime.process_index])
         batches = []
         for _ in range(num_batches):
-            batch = step_time.synthetic_batch(rng, rows)
-            batch['blanks'] = (batch['inputs'] == step_time.BLANK_TOKEN).sum(-1).astype(np.int32)
+            batch = common.synthetic_batch(rng, rows)
+            batch['blanks'] = (batch['inputs'] == common.BLANK_TOKEN).sum(-1).astype(np.int32)
             batches.append(batch)
         # No dataset ratings: rows are bucketed by blank count, as for a generated dataset.
-        self.evaluator = Evaluator(trainer.model, trainer.ema, trainer.cfg, config, runtime, batches,
-                                   DifficultyBuckets(ratings_known=False), workdir='')
+        self.evaluator = Evaluator(trainer, config, runtime, batches, DifficultyBuckets(ratings_known=False),
+                                   workdir='')
         self.flops_per_example = eval_flops_per_example_step(trainer.cfg) * self.act_steps
 
     def run(self):
@@ -73,7 +72,7 @@ def measure(bench, warmup, repeats):
     after_warmup = bench.compiles()
     timed = [bench.run() for _ in range(repeats)]
     after = bench.compiles()
-    run = step_time.stats_ms(timed)
+    run = common.stats_ms(timed)
     examples = bench.num_batches * bench.global_batch
     median_s = run['median'] / 1e3
     flops = bench.flops_per_example * examples
@@ -109,46 +108,30 @@ def report_lines(r, device):
 
 
 def define_flags():
-    flags.DEFINE_string('config', 'configs/baseline.py', 'config FILE.py[:ARG]')
-    flags.DEFINE_multi_string('override', [], 'config override KEY=VALUE (repeatable)')
-    flags.DEFINE_integer('global_batch', 0, 'eval global batch (0: the config\'s eval.global_batch_size)')
+    common.define_flags()
     flags.DEFINE_integer('batches', 2, 'synthetic test batches per evaluation')
     flags.DEFINE_integer('warmup', 1, 'evaluations before timing (the first compiles)')
     flags.DEFINE_integer('repeats', 3, 'timed evaluations')
-    flags.DEFINE_string('device_kind', '', 'name the hardware for the peak table when detection cannot')
-    flags.DEFINE_string('out', '', 'directory for the result files (default benchmarks/results)')
-    flags.DEFINE_string('tag', '', 'suffix of the result file name')
-    flags.DEFINE_string('notes', '', 'free text stored with the result')
 
 
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
-    config, overrides = step_time.load_run_config(FLAGS.config, FLAGS.override)
-    if FLAGS.global_batch:
-        config.eval.global_batch_size = FLAGS.global_batch
-        overrides['eval.global_batch_size'] = FLAGS.global_batch
+    config, overrides = common.config_and_overrides()
     bench = EvalBench(config, FLAGS.batches)
     device = peaks.detect(bench.runtime, FLAGS.device_kind)
-    main_host = bench.runtime.is_main_host
-    if main_host:
-        print(f'eval throughput of {FLAGS.config} on {device.description}: {FLAGS.warmup} warm-up + '
-              f'{FLAGS.repeats} timed evaluations', flush=True)
+    if bench.runtime.is_main_host:
+        print(f'eval throughput of {FLAGS["config"].config_filename} on {device.description}: {FLAGS.warmup} '
+              f'warm-up + {FLAGS.repeats} timed evaluations', flush=True)
     results = measure(bench, FLAGS.warmup, FLAGS.repeats)
     results['mfu'] = peaks.mfu(results['achieved_tflops'] * 1e12, 1.0, device.devices, device.peak_tflops)
-    results['memory'] = step_time.device_memory(bench.runtime)
-    lines = report_lines(results, device) + ['memory                 ' + step_time.memory_text(results['memory'])]
-    if main_host:
-        print('\n'.join(lines), flush=True)
-    record = step_time.result_record(
-        'eval_throughput', FLAGS.config, overrides,
-        settings={'batches': FLAGS.batches, 'warmup': FLAGS.warmup, 'repeats': FLAGS.repeats,
-                  'eval_batch': bench.global_batch},
-        results=results, notes=FLAGS.notes, device={**vars(device), 'slug': device.slug})
-    stem = f'eval_throughput_{device.slug}' + (f'_{FLAGS.tag}' if FLAGS.tag else '')
-    step_time.write_result(FLAGS.out, stem, record, lines, enabled=main_host)
+    results['memory'] = peaks.device_memory(bench.runtime)
+    lines = report_lines(results, device) + ['memory                 ' + peaks.memory_text(results['memory'])]
+    common.report('eval_throughput', device,
+                  {'batches': FLAGS.batches, 'warmup': FLAGS.warmup, 'repeats': FLAGS.repeats,
+                   'eval_batch': bench.global_batch},
+                  results, lines, bench.runtime.is_main_host, overrides)
 
 
 if __name__ == '__main__':
-    define_flags()
-    errors.run_main(app.run, main)
+    common.run(define_flags, main)

@@ -118,6 +118,29 @@ def host_memory():
     return out
 
 
+def device_memory(runtime):
+    """Device memory the runtime reports, with host RSS; a note where nothing is reported."""
+    stats = dict(runtime.memory_stats())
+    if not stats and runtime.name == 'xla':
+        stats['note'] = 'not reported: torch_xla 2.9 gives no per-device memory info under SPMD'
+    elif not stats and runtime.device.type == 'cpu':
+        stats['note'] = 'the devices are host memory: see host RSS'
+    return {**stats, **host_memory()}
+
+
+def _gib(value):
+    return f'{value / 2**30:.2f} GiB' if isinstance(value, (int, float)) else str(value)
+
+
+def memory_text(memory):
+    """'device peak_bytes_used 3.10 GiB; host peak RSS 1.60 GiB' from a memory dict."""
+    device = [f'{k} {_gib(v)}' for k, v in memory.items() if k != 'note' and not k.startswith('host_')]
+    parts = [f'device {", ".join(device)}' if device else f'device: {memory.get("note", "n/a")}']
+    if 'host_peak_rss_bytes' in memory:
+        parts.append(f'host peak RSS {_gib(memory["host_peak_rss_bytes"])}')
+    return '; '.join(parts)
+
+
 def _version(module):
     try:
         return __import__(module).__version__

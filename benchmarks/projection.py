@@ -15,15 +15,15 @@ import os
 import re
 import sys
 
-from absl import app, flags
+from absl import flags
 
 if __package__ in (None, ''):
     # Run as `python benchmarks/projection.py`: make `benchmarks.*` importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import peaks  # noqa: E402
-from trm_spmd import errors  # noqa: E402
+from benchmarks import common, peaks  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
+from trm_spmd.train.schedule import schedule_steps  # noqa: E402
 
 TARGET_MS = 17.0          # the original plan's step time at global batch 6144 on a v4-64
 DEFAULT_GROUPS = 1000     # training puzzles of Sudoku-Extreme-1K: epochs count passes over them
@@ -81,10 +81,8 @@ def slice_name_for_chips(kind, chips):
 
 
 def run_steps(config, global_batch, groups=DEFAULT_GROUPS):
-    """Optimizer steps of the whole run: train.total_steps, else epochs x groups / global batch."""
-    if config.train.total_steps > 0:
-        return config.train.total_steps
-    return max(int(config.train.epochs * groups / global_batch), 1)
+    """Optimizer steps of the whole run at `global_batch`, as the trainer counts them."""
+    return schedule_steps(config, groups, global_batch)[0]
 
 
 def flops_per_example(config):
@@ -178,9 +176,7 @@ def measured_mfu(path):
 
 
 def define_flags():
-    # Defined only when run as a script: step_time imports this module and has flags of the same names.
-    flags.DEFINE_string('config', 'configs/baseline.py', 'config FILE.py[:ARG] whose model is projected')
-    flags.DEFINE_multi_string('override', [], 'config override KEY=VALUE (repeatable), e.g. model.hidden_size=1024')
+    common.define_flags('config FILE.py[:ARG] whose model is projected; override fields with --config.a.b=VALUE')
     flags.DEFINE_string('slice', 'v4-64', 'target TPU slice: v4-N, v5e-N, v5p-N or v6e-N')
     flags.DEFINE_integer('global_batch', 6144, 'global batch on the slice (0: the config\'s)')
     flags.DEFINE_float('mfu', 0.5, 'assumed model FLOPs utilisation (fraction of peak)')
@@ -188,15 +184,12 @@ def define_flags():
     flags.DEFINE_integer('total_steps', 0, 'steps of the whole run (0: from the config\'s epochs over --groups)')
     flags.DEFINE_integer('groups', DEFAULT_GROUPS, 'training puzzles per epoch, for the run length')
     flags.DEFINE_float('target_ms', TARGET_MS, 'step-time target to judge')
-    flags.DEFINE_string('out', '', 'directory for the result files (default benchmarks/results)')
-    flags.DEFINE_string('notes', '', 'free text stored with the result')
 
 
 def main(argv):
     del argv
-    from benchmarks import step_time
     FLAGS = flags.FLAGS
-    config, overrides = step_time.load_run_config(FLAGS.config, FLAGS.override, FLAGS.global_batch)
+    config, overrides = common.config_and_overrides(**{'data.global_batch_size': FLAGS.global_batch})
     batch = config.data.global_batch_size
     tpu_slice = parse_slice(FLAGS.slice)
     mfu, source = FLAGS.mfu, 'assumed'
@@ -204,16 +197,11 @@ def main(argv):
         mfu, source = measured_mfu(FLAGS.measured)
     steps = FLAGS.total_steps or run_steps(config, batch, FLAGS.groups)
     p = project(flops_per_example(config), batch, tpu_slice, mfu, steps, FLAGS.target_ms)
-    lines = report_lines(p, source)
-    print(f'projection of {FLAGS.config} on {tpu_slice.name}')
-    print('\n'.join(lines))
-    record = step_time.result_record(
-        'projection', FLAGS.config, overrides, settings={'global_batch': batch, 'mfu_source': source,
-                                                         'groups': FLAGS.groups},
-        results=p, notes=FLAGS.notes, device={'slug': tpu_slice.name, 'projected': True})
-    step_time.write_result(FLAGS.out, f'projection_{tpu_slice.name}', record, lines)
+    lines = [f'projection of {FLAGS["config"].config_filename} on {tpu_slice.name}'] + report_lines(p, source)
+    common.report('projection', {'slug': tpu_slice.name, 'projected': True},
+                  {'global_batch': batch, 'mfu_source': source, 'groups': FLAGS.groups}, p, lines,
+                  overrides=overrides)
 
 
 if __name__ == '__main__':
-    define_flags()
-    errors.run_main(app.run, main)
+    common.run(define_flags, main)

@@ -28,7 +28,7 @@ REPO = os.path.dirname(HERE)
 RESULTS_DIR = os.path.join(HERE, 'results')
 # --smoke: the runlocal baseline with 2x2 cycles, so each graph compiles in seconds on a CPU.
 SMOKE_CONFIG = 'configs/baseline.py:runlocal'
-SMOKE_OVERRIDES = ('--override=model.H_cycles=2', '--override=model.L_cycles=2')
+SMOKE_OVERRIDES = ('--config.model.H_cycles=2', '--config.model.L_cycles=2')
 
 flags.DEFINE_bool('smoke', False, 'tiny runs of every script (script health, not timing)')
 flags.DEFINE_string('out', '', 'directory for every result file (default benchmarks/results)')

@@ -1,11 +1,11 @@
 """Training step time, throughput and MFU of a config on this machine's devices.
 
     python benchmarks/step_time.py --config=configs/baseline.py --steps=20 --warmup=2
-    python benchmarks/step_time.py --config=configs/quickstart.py --override=model.hidden_size=256
+    python benchmarks/step_time.py --config=configs/quickstart.py --config.model.hidden_size=256
     python benchmarks/step_time.py --config=configs/baseline.py --global_batch=6144 --project --slice=v4-64
     python benchmarks/step_time.py --config=configs/baseline.py:runlocal --profile=/tmp/trace
 
-The real trainer (train.setup.build_trainer: model, optimizers, EMA, compiled step) runs on
+The real trainer (train.setup: model, optimizers, EMA, the compiled train_step) runs on
 synthetic batches of valid token ranges; its cost does not depend on the values (fixed
 shapes, halting by masking). Warm-up steps (tracing and compilation) are reported apart;
 then every timed step is host-to-device transfer + step, followed by runtime.wait(), so
@@ -13,119 +13,47 @@ it measures execution rather than dispatch. A pipelined figure (steps dispatched
 back, one wait at the end, as the training loop runs) follows. Results go to
 benchmarks/results/step_time_<device>_<date>.{json,md}.
 
-The other benchmarks import this module's harness (TrainBench) and result writer.
+checkpoint_overhead.py and eval_throughput.py build on this module's TrainBench.
 """
 
-import ast
-import json
 import os
 import sys
 import time
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 if __package__ in (None, ''):
     # Run as `python benchmarks/step_time.py`: make `benchmarks.*` importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import peaks, projection  # noqa: E402
-from trm_spmd import errors  # noqa: E402
-from trm_spmd.config import load_config, validate  # noqa: E402
+from benchmarks import common, peaks, projection  # noqa: E402
+from trm_spmd.config import validate  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
-
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results')
-SEQ_LEN = 81
-BLANK_TOKEN = 1            # token ids: 0 pad, 1 empty cell, 2..10 digits 1..9
-DIGIT_TOKENS = (2, 11)
-
-
-# ---- config --------------------------------------------------------------------------
-def _convert(key, text, current):
-    text = text.strip()
-    if isinstance(current, bool):
-        if text.lower() in ('true', '1', 'yes'):
-            return True
-        if text.lower() in ('false', '0', 'no'):
-            return False
-        raise UserError(f'--override {key}={text}: expected true or false')
-    try:
-        if isinstance(current, int):
-            return int(text)
-        if isinstance(current, float):
-            return float(text)
-        if isinstance(current, tuple):
-            value = ast.literal_eval(text)
-            return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    except (ValueError, SyntaxError):
-        raise UserError(f'--override {key}={text}: expected a {type(current).__name__} '
-                        f'like {current!r}') from None
-    return text
-
-
-def apply_overrides(config, overrides):
-    """['model.hidden_size=256', ...] -> set on the (locked) config; returns {key: value}."""
-    applied = {}
-    for item in overrides:
-        key, sep, text = item.partition('=')
-        key = key.strip()
-        if not sep or not key:
-            raise UserError(f'--override {item!r} is not KEY=VALUE (e.g. --override=model.hidden_size=256)')
-        *parents, leaf = key.split('.')
-        node = config
-        try:
-            for part in parents:
-                node = node[part]
-            current = node[leaf]
-        except (KeyError, AttributeError, TypeError):
-            raise UserError(f'--override {key}: no such config key (see trm_spmd/config/schema.py)') from None
-        node[leaf] = _convert(key, text, current)
-        applied[key] = node[leaf]
-    return applied
-
-
-def load_run_config(spec, overrides=(), global_batch=0):
-    """(config, {key: value} of what the command line changed), --global_batch included."""
-    config = load_config(spec)
-    applied = apply_overrides(config, overrides)
-    if global_batch:
-        config.data.global_batch_size = int(global_batch)
-        applied['data.global_batch_size'] = int(global_batch)
-    return config, applied
-
-
-# ---- synthetic data -------------------------------------------------------------------
-def synthetic_batch(rng, rows, num_puzzle_identifiers=1, blank_fraction=0.6):
-    """One host batch as the loader gives it: int32 inputs [rows, 81] in 1..10, labels in 2..10."""
-    labels = rng.integers(*DIGIT_TOKENS, size=(rows, SEQ_LEN), dtype=np.int32)
-    inputs = np.where(rng.random((rows, SEQ_LEN)) < blank_fraction, BLANK_TOKEN, labels).astype(np.int32)
-    ids = rng.integers(0, num_puzzle_identifiers, size=rows, dtype=np.int32)
-    return {'inputs': inputs, 'labels': labels, 'puzzle_identifiers': ids}
-
 
 # ---- the harness ------------------------------------------------------------------------
 class TrainBench:
-    """The real trainer and its device state, fed a few synthetic batches in turn."""
+    """The real trainer and its TrainState, fed a few synthetic batches in turn."""
 
     def __init__(self, config, num_batches=4):
         from trm_spmd.model.flops import train_flops_per_example_step
         from trm_spmd.model.trm import trainable_param_count
         from trm_spmd.runtime import create_runtime
-        from trm_spmd.train.loop import curriculum_stages
-        from trm_spmd.train.setup import build_trainer, device_state, step_tensor
+        from trm_spmd.train.schedule import curriculum_stages
+        from trm_spmd.train.setup import build_trainer, compile_train_steps, initial_state
 
         self.config = config
         self.runtime = runtime = create_runtime(config)
         validate(config, runtime.device_count, runtime.process_count)
         self.global_batch = config.data.global_batch_size
         total_steps = projection.run_steps(config, self.global_batch)
-        self.trainer = build_trainer(config, runtime, total_steps)
-        self.carry, self.sums = device_state(self.trainer, runtime, self.global_batch)
-        self.step = step_tensor(runtime, 0)
+        self.trainer = build_trainer(config, runtime)
         _, self.H, self.L = curriculum_stages(config, total_steps)[0]
+        self.step_fn = compile_train_steps(self.trainer, config, runtime, total_steps)[self.H, self.L]
+        self.state = initial_state(self.trainer, runtime, self.global_batch)
         rows = self.global_batch // runtime.process_count
         rng = np.random.default_rng([config.seed, runtime.process_index])
-        self.host_batches = [synthetic_batch(rng, rows) for _ in range(num_batches)]
+        self.host_batches = [common.synthetic_batch(rng, rows) for _ in range(num_batches)]
         self.flops_per_example = train_flops_per_example_step(self.trainer.cfg, self.H, self.L)
         self.parameters = trainable_param_count(self.trainer.model)
         self.count = 0
@@ -139,8 +67,7 @@ class TrainBench:
         if wait:
             self.runtime.wait()
         placed = time.perf_counter()
-        self.carry, self.step, self.sums = self.trainer.step_fn(self.carry, batch, self.step, self.sums,
-                                                                self.H, self.L)
+        self.state, _ = self.step_fn(self.state, batch)
         if wait:
             self.runtime.wait()
         return time.perf_counter() - start, placed - start
@@ -158,12 +85,6 @@ class TrainBench:
         return self.runtime.counters()['uncached_compiles'] if self.runtime.name == 'xla' else None
 
 
-def stats_ms(seconds):
-    ms = np.asarray(seconds) * 1e3
-    return {'median': float(np.median(ms)), 'p90': float(np.percentile(ms, 90)), 'mean': float(ms.mean()),
-            'min': float(ms.min()), 'max': float(ms.max())}
-
-
 def measure(bench, warmup, steps, pipelined_steps=0):
     """Warm-up (compile) steps, then `steps` individually waited steps: a results dict."""
     if warmup < 1 or steps < 1:
@@ -173,8 +94,8 @@ def measure(bench, warmup, steps, pipelined_steps=0):
     after_warmup = bench.compiles()
     timed = [bench.run() for _ in range(steps)]
     after_timed = bench.compiles()
-    step = stats_ms([t for t, _ in timed])
-    transfer = stats_ms([t for _, t in timed])
+    step = common.stats_ms([t for t, _ in timed])
+    transfer = common.stats_ms([t for _, t in timed])
     pipelined_s = bench.pipelined(pipelined_steps) if pipelined_steps > 0 else None
     batch = bench.global_batch
     flops_step = bench.flops_per_example * batch
@@ -201,15 +122,6 @@ def measure(bench, warmup, steps, pipelined_steps=0):
         'achieved_tflops': flops_step / median_s / 1e12,
         'achieved_tflops_per_device': flops_step / median_s / 1e12 / bench.runtime.device_count,
     }
-
-
-def device_memory(runtime):
-    stats = dict(runtime.memory_stats())
-    if not stats and runtime.name == 'xla':
-        stats['note'] = 'not reported: torch_xla 2.9 gives no per-device memory info under SPMD'
-    elif not stats and runtime.device.type == 'cpu':
-        stats['note'] = 'the devices are host memory: see host RSS'
-    return {**stats, **peaks.host_memory()}
 
 
 def profile(bench, directory, steps):
@@ -242,82 +154,6 @@ def profile(bench, directory, steps):
     return path
 
 
-# ---- results ------------------------------------------------------------------------------
-def result_record(benchmark, config_spec, overrides, settings, results, notes='', device=None):
-    env = peaks.environment()
-    auto = peaks.contention_note(env) if (device or {}).get('kind') in ('cpu', 'unknown') else ''
-    return {
-        'benchmark': benchmark,
-        'config': {'spec': config_spec, 'overrides': overrides},
-        'device': device or {},
-        'settings': settings,
-        'results': results,
-        'environment': env,
-        'notes': ' '.join(n for n in (notes, auto) if n),
-    }
-
-
-def write_result(out_dir, stem, record, lines, enabled=True):
-    """STEM_<date>.json and .md under out_dir (default benchmarks/results), each written whole then renamed."""
-    if not enabled:
-        return None
-    out_dir = out_dir or RESULTS_DIR
-    os.makedirs(out_dir, exist_ok=True)
-    date = record['environment']['date'][:10]
-    base = os.path.join(out_dir, f'{stem}_{date}')
-    _write_atomic(base + '.json', json.dumps(record, indent=2, sort_keys=True, default=str) + '\n')
-    _write_atomic(base + '.md', _markdown(record, lines))
-    print(f'result: {base}.json', flush=True)
-    return base + '.json'
-
-
-def _write_atomic(path, text):
-    tmp = f'{path}.tmp{os.getpid()}'
-    with open(tmp, 'w') as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _markdown(record, lines):
-    env, device = record['environment'], record['device']
-    title = f'# {record["benchmark"]}: {device.get("slug", "?")}, {env["date"][:10]}'
-    versions = ', '.join(f'{k} {env[k]}' for k in ('python', 'torch', 'torch_xla', 'numpy', 'trm_spmd')
-                         if env.get(k))
-    rows = [title, '', '```', *lines, '```', '',
-            '| | |', '|---|---|',
-            f'| config | `{record["config"]["spec"]}` |',
-            f'| overrides | `{json.dumps(record["config"]["overrides"], sort_keys=True)}` |',
-            f'| device | {device.get("description", device.get("slug", ""))} |']
-    for key in ('devices', 'hosts', 'mesh', 'backend', 'peak_tflops'):
-        if key in device:
-            rows.append(f'| {key.replace("_", " ")} | {device[key] if device[key] is not None else "n/a"} |')
-    rows += [f'| settings | `{json.dumps(record["settings"], sort_keys=True, default=str)}` |',
-             f'| versions | {versions} |',
-             f'| commit | {env.get("git_commit") or "?"} |',
-             f'| host | {env.get("hostname")}, {env.get("cpu_cores")} CPU cores, '
-             f'load average {_opt(env.get("load_average_1m"), "{:.2f}")} |',
-             f'| date | {env["date"]} |',
-             f'| notes | {record["notes"] or "-"} |', '']
-    return '\n'.join(rows)
-
-
-def _gib(value):
-    return f'{value / 2**30:.2f} GiB' if isinstance(value, (int, float)) else str(value)
-
-
-def memory_text(memory):
-    """'device peak_bytes_used 3.10 GiB; host peak RSS 1.60 GiB' from a memory dict."""
-    device = [f'{k} {_gib(v)}' for k, v in memory.items() if k != 'note' and not k.startswith('host_')]
-    parts = [f'device {", ".join(device)}' if device else f'device: {memory.get("note", "n/a")}']
-    if 'host_peak_rss_bytes' in memory:
-        parts.append(f'host peak RSS {_gib(memory["host_peak_rss_bytes"])}')
-    return '; '.join(parts)
-
-
-def _opt(value, fmt):
-    return 'n/a' if value is None else fmt.format(value)
-
-
 def report_lines(r, device):
     step, transfer = r['step_ms'], r['transfer_ms']
     lines = [
@@ -334,7 +170,7 @@ def report_lines(r, device):
         f'step time              median {step["median"]:.1f} ms, p90 {step["p90"]:.1f} ms '
         f'(min {step["min"]:.1f}, max {step["max"]:.1f}; {r["steps_timed"]} steps, each waited for)',
         f'  of which transfer    median {transfer["median"]:.1f} ms (host batch to devices)',
-        f'pipelined              {_opt(r["pipelined_step_ms"], "{:.1f} ms/step")} '
+        f'pipelined              {common.fmt(r["pipelined_step_ms"], "{:.1f} ms/step")} '
         f'({r["pipelined_steps"]} steps dispatched back to back)',
         f'throughput             {r["examples_per_s"]:,.1f} examples/s (median step)'
         + (f', {r["examples_per_s_pipelined"]:,.1f} pipelined' if r['examples_per_s_pipelined'] else ''),
@@ -342,66 +178,53 @@ def report_lines(r, device):
         f'= {r["tflop_per_step"]:.4f} TFLOP/step (analytic)',
         f'achieved               {r["achieved_tflops"]:.4f} TFLOP/s '
         f'({r["achieved_tflops_per_device"]:.4f} per device)',
-        f'peak bf16 per device   {_opt(device.peak_tflops, "{:g} TFLOP/s")}',
-        f'MFU                    {_opt(r["mfu"], "{:.1%}")}',
-        'memory                 ' + memory_text(r['memory']),
+        f'peak bf16 per device   {common.fmt(device.peak_tflops, "{:g} TFLOP/s")}',
+        f'MFU                    {common.fmt(r["mfu"], "{:.1%}")}',
+        'memory                 ' + peaks.memory_text(r['memory']),
     ]
     return lines
 
 
 def define_flags():
-    flags.DEFINE_string('config', 'configs/baseline.py', 'config FILE.py[:ARG]')
-    flags.DEFINE_multi_string('override', [], 'config override KEY=VALUE (repeatable), e.g. model.hidden_size=256')
+    common.define_flags()
     flags.DEFINE_integer('global_batch', 0, 'global batch (0: the config\'s data.global_batch_size)')
     flags.DEFINE_integer('steps', 10, 'timed steps')
     flags.DEFINE_integer('warmup', 2, 'warm-up steps before timing (the first compiles)')
     flags.DEFINE_integer('pipelined_steps', -1, 'steps of the pipelined figure (-1: as --steps, 0: skip)')
     flags.DEFINE_string('profile', '', 'write a trace of --profile_steps steps to this directory')
     flags.DEFINE_integer('profile_steps', 3, 'steps traced with --profile')
-    flags.DEFINE_string('device_kind', '', 'name the hardware for the peak table when detection cannot (e.g. v5e)')
     flags.DEFINE_bool('project', False, 'also project the step time onto --slice with the measured MFU')
     flags.DEFINE_string('slice', 'v4-64', 'TPU slice for --project')
     flags.DEFINE_integer('project_batch', 6144, 'global batch for --project')
     flags.DEFINE_float('mfu', 0.5, 'MFU for --project where none is measured (CPU)')
-    flags.DEFINE_string('out', '', 'directory for the result files (default benchmarks/results)')
-    flags.DEFINE_string('tag', '', 'suffix of the result file name, e.g. the config name')
-    flags.DEFINE_string('notes', '', 'free text stored with the result (e.g. what else ran on the machine)')
 
 
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
-    config, overrides = load_run_config(FLAGS.config, FLAGS.override, FLAGS.global_batch)
+    config, overrides = common.config_and_overrides(**{'data.global_batch_size': FLAGS.global_batch})
     bench = TrainBench(config)
     device = peaks.detect(bench.runtime, FLAGS.device_kind)
-    main_host = bench.runtime.is_main_host
     pipelined = FLAGS.steps if FLAGS.pipelined_steps < 0 else FLAGS.pipelined_steps
-    if main_host:
-        print(f'step time of {FLAGS.config} on {device.description}: {FLAGS.warmup} warm-up + {FLAGS.steps} '
-              f'timed steps at global batch {bench.global_batch}', flush=True)
+    if bench.runtime.is_main_host:
+        print(f'step time of {FLAGS["config"].config_filename} on {device.description}: {FLAGS.warmup} warm-up + '
+              f'{FLAGS.steps} timed steps at global batch {bench.global_batch}', flush=True)
     results = measure(bench, FLAGS.warmup, FLAGS.steps, pipelined)
     results['peak_tflops_per_device'] = device.peak_tflops
     results['mfu'] = peaks.mfu(results['tflop_per_step'] * 1e12, results['step_ms']['median'] / 1e3,
                                device.devices, device.peak_tflops)
-    results['memory'] = device_memory(bench.runtime)
+    results['memory'] = peaks.device_memory(bench.runtime)
     lines = report_lines(results, device)
     if FLAGS.profile:
         lines.append(f'trace                  {profile(bench, FLAGS.profile, FLAGS.profile_steps)}')
-    projected = None
+    extra = {}
     if FLAGS.project:
-        projected, projection_lines = _projection(config, results)
+        extra['projection'], projection_lines = _projection(config, results)
         lines += projection_lines
-    if main_host:
-        print('\n'.join(lines), flush=True)
-    record = result_record('step_time', FLAGS.config, overrides,
-                           settings={'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'pipelined_steps': pipelined,
-                                     'global_batch': bench.global_batch},
-                           results=results, notes=FLAGS.notes,
-                           device={**vars(device), 'slug': device.slug})
-    if projected is not None:
-        record['projection'] = projected
-    stem = f'step_time_{device.slug}' + (f'_{FLAGS.tag}' if FLAGS.tag else '')
-    write_result(FLAGS.out, stem, record, lines, enabled=main_host)
+    common.report('step_time', device,
+                  {'steps': FLAGS.steps, 'warmup': FLAGS.warmup, 'pipelined_steps': pipelined,
+                   'global_batch': bench.global_batch},
+                  results, lines, bench.runtime.is_main_host, overrides, extra)
 
 
 def _projection(config, results):
@@ -418,5 +241,4 @@ def _projection(config, results):
 
 
 if __name__ == '__main__':
-    define_flags()
-    errors.run_main(app.run, main)
+    common.run(define_flags, main)

@@ -19,7 +19,7 @@ T=3, n=6, 50,000 epochs), so a difference in accuracy is the ingredient's.
 runlocal's 2), so it still differs from the baseline's runlocal.
 """
 
-from trm_spmd.config import ConfigArgError, apply_runlocal, default_config, parse_arg
+from trm_spmd.config import family_config
 
 # Variant -> the fields it changes from the baseline (dotted keys of the schema).
 VARIANTS = {
@@ -29,20 +29,13 @@ VARIANTS = {
 }
 
 
+def _runlocal(c, variant):
+    if variant == 'nsup_8':
+        c.act.halt_max_steps = 1
+
+
 def get_config(arg=None):
-    arg = parse_arg(arg, variant='ema_off', runlocal=False)
-    if arg.variant not in VARIANTS:
-        raise ConfigArgError(f'ablations variant {arg.variant!r} is not known; known: {", ".join(VARIANTS)}')
-    c = default_config()
-    c.name = 'ablations'
-    c.variant = arg.variant
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    c.update_from_flattened_dict(VARIANTS[arg.variant])
-    if arg.runlocal:
-        apply_runlocal(c)
-        if arg.variant == 'nsup_8':
-            c.act.halt_max_steps = 1
-    return c
+    return family_config('ablations', VARIANTS, arg, 'ema_off', _runlocal)
 
 
 def sweep():

@@ -30,13 +30,8 @@ micro-batches (32 rows), not 8: the step is traced with every micro-batch unroll
 take ~1.5 minutes to compile on a 2-core CPU.
 """
 
-import os
-
-from trm_spmd.config import ConfigArgError, apply_runlocal, default_config, parse_arg
-from trm_spmd.config.files import load_module
-
-# The batch rule lives in one place; config files are loaded by path, not imported.
-_batch_scaling = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'batch_scaling.py'))
+from trm_spmd.config import default_config, family_config
+from trm_spmd.config.batch_rule import batch_fields
 
 LR_GRID = ('lr_3e-5', 'lr_1e-4', 'lr_3e-4', 'lr_1e-3')
 LARGER_BATCH = 6144
@@ -46,30 +41,18 @@ VARIANTS = {
     **{name: {'optim.lr': float(name[3:]), 'optim.puzzle_emb_lr': float(name[3:])} for name in LR_GRID},
     'longer': {'train.epochs': 100000},
     'no_warmup': {'optim.warmup_steps': 0},
-    'larger_batch': {'data.global_batch_size': LARGER_BATCH, 'optim.grad_accum_steps': MICRO_BATCHES},
+    'larger_batch': {**batch_fields(LARGER_BATCH, default_config()), 'optim.grad_accum_steps': MICRO_BATCHES},
 }
 
 
+def _runlocal(c, variant):
+    if variant == 'larger_batch':
+        c.optim.grad_accum_steps = RUNLOCAL_MICRO_BATCHES
+        c.data.global_batch_size = RUNLOCAL_MICRO_BATCHES * c.data.global_batch_size
+
+
 def get_config(arg=None):
-    arg = parse_arg(arg, variant='longer', runlocal=False)
-    if arg.variant not in VARIANTS:
-        raise ConfigArgError(f'advanced variant {arg.variant!r} is not known; known: {", ".join(VARIANTS)} '
-                             f'(lr_search is the sweep configs/advanced.py:lr_search)')
-    c = default_config()
-    c.name = 'advanced'
-    c.variant = arg.variant
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    c.update_from_flattened_dict(VARIANTS[arg.variant])
-    if arg.variant == 'larger_batch':
-        c.optim.lr, c.optim.warmup_steps, c.ema.decay = _batch_scaling.scaled(
-            LARGER_BATCH, c.optim.lr, c.optim.warmup_steps, c.ema.decay)
-        c.optim.puzzle_emb_lr = _batch_scaling.scaled(LARGER_BATCH, c.optim.puzzle_emb_lr)[0]
-    if arg.runlocal:
-        apply_runlocal(c)
-        if arg.variant == 'larger_batch':
-            c.optim.grad_accum_steps = RUNLOCAL_MICRO_BATCHES
-            c.data.global_batch_size = RUNLOCAL_MICRO_BATCHES * c.data.global_batch_size
-    return c
+    return family_config('advanced', VARIANTS, arg, 'longer', _runlocal)
 
 
 def lr_search():

@@ -11,18 +11,11 @@ encoding, 16 ACT steps, 50,000 epochs over 1,000 puzzles x 1,001 augmentations,
 evaluation every 5,000 epochs on the whole test set.
 """
 
-from trm_spmd.config import apply_runlocal, default_config, parse_arg
+from trm_spmd.config import family_config
 
 
 def get_config(arg=None):
-    arg = parse_arg(arg, variant='e1_1_baseline', runlocal=False)
-    c = default_config()
-    c.name = 'baseline'
-    c.variant = arg.variant
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    if arg.runlocal:
-        apply_runlocal(c)
-    return c
+    return family_config('baseline', {'e1_1_baseline': {}}, arg, 'e1_1_baseline')
 
 
 def sweep():

@@ -36,11 +36,9 @@ loader lays epochs end to end and never draws a group twice within an epoch.
 rule; the rest is the usual CPU-sized run.
 """
 
-import math
+from trm_spmd.config import ConfigArgError, default_config, family_config
+from trm_spmd.config.batch_rule import REFERENCE_BATCH, batch_fields
 
-from trm_spmd.config import ConfigArgError, apply_runlocal, default_config, parse_arg
-
-REFERENCE_BATCH = 768
 BATCHES = (256, 512, 1024, 2048, 6144)
 # b768 is the rule's reference point (the baseline's values); the sweep leaves it to baseline.py.
 VARIANTS = tuple(f'b{b}' for b in BATCHES)
@@ -48,37 +46,20 @@ KNOWN = tuple(sorted(VARIANTS + (f'b{REFERENCE_BATCH}',), key=lambda v: int(v[1:
 
 
 def decode_variant(variant):
+    """'b2048' -> the fields the batch rule sets at global batch 2048."""
     if variant not in KNOWN:
         raise ConfigArgError(f'batch_scaling variant {variant!r} is not known; known: {", ".join(KNOWN)}')
-    return int(variant[1:])
+    return batch_fields(int(variant[1:]), default_config())
 
 
-def scaled(batch, lr=1e-4, warmup_steps=2000, ema_decay=0.999):
-    """(lr, warmup_steps, ema_decay) at global batch `batch` from the 768 reference values."""
-    k = batch / REFERENCE_BATCH
-    return lr * math.sqrt(k), round(warmup_steps / k), ema_decay ** k
+def _runlocal(c, variant):
+    # B / 32 is a multiple of 8 for every variant: 8 CPU devices divide it.
+    c.data.global_batch_size = int(variant[1:]) // 32
 
 
 def get_config(arg=None):
-    arg = parse_arg(arg, variant=f'b{REFERENCE_BATCH}', runlocal=False)
-    batch = decode_variant(arg.variant)
-    c = default_config()
-    c.name = 'batch_scaling'
-    c.variant = arg.variant
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    c.data.global_batch_size = batch
-    lr, warmup, decay = scaled(batch, c.optim.lr, c.optim.warmup_steps, c.ema.decay)
-    puzzle_lr, _, _ = scaled(batch, c.optim.puzzle_emb_lr)
-    c.optim.lr = lr
-    c.optim.puzzle_emb_lr = puzzle_lr
-    c.optim.warmup_steps = warmup
-    c.ema.decay = decay
     # epochs (50,000) and eval_every_epochs (5,000) are left as the baseline's on purpose.
-    if arg.runlocal:
-        apply_runlocal(c)
-        # B / 32 is a multiple of 8 for every variant: 8 CPU devices divide it.
-        c.data.global_batch_size = batch // 32
-    return c
+    return family_config('batch_scaling', decode_variant, arg, f'b{REFERENCE_BATCH}', _runlocal)
 
 
 def sweep():

@@ -36,7 +36,7 @@ compared with it directly.
 run, the exploration decay, checkpointing, Lion) on the usual CPU-sized run.
 """
 
-from trm_spmd.config import ConfigArgError, apply_runlocal, default_config, parse_arg
+from trm_spmd.config import family_config
 
 VARIANTS = {
     'curriculum_recursion': {
@@ -52,17 +52,7 @@ VARIANTS = {
 
 
 def get_config(arg=None):
-    arg = parse_arg(arg, variant='curriculum_recursion', runlocal=False)
-    if arg.variant not in VARIANTS:
-        raise ConfigArgError(f'contributions variant {arg.variant!r} is not known; known: {", ".join(VARIANTS)}')
-    c = default_config()
-    c.name = 'contributions'
-    c.variant = arg.variant
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    c.update_from_flattened_dict(VARIANTS[arg.variant])
-    if arg.runlocal:
-        apply_runlocal(c)
-    return c
+    return family_config('contributions', VARIANTS, arg, 'curriculum_recursion')
 
 
 def sweep():

@@ -30,7 +30,7 @@ runlocal width (64) and keeps 4 layers, deeper keeps 4 layers, more_data generat
 the runlocal training puzzles.
 """
 
-from trm_spmd.config import ConfigArgError, apply_runlocal, default_config, parse_arg
+from trm_spmd.config import family_config
 
 VARIANTS = {
     'large_model': {'model.hidden_size': 1024, 'model.L_layers': 4, 'model.puzzle_emb_ndim': 1024},
@@ -40,23 +40,16 @@ VARIANTS = {
 }
 
 
+def _runlocal(c, variant):
+    if variant == 'large_model':
+        c.model.hidden_size = 2 * c.model.hidden_size
+        c.model.puzzle_emb_ndim = c.model.hidden_size
+    elif variant == 'more_data':
+        c.data.generate_train *= 5
+
+
 def get_config(arg=None):
-    arg = parse_arg(arg, variant='large_model', runlocal=False)
-    if arg.variant not in VARIANTS:
-        raise ConfigArgError(f'scaling variant {arg.variant!r} is not known; known: {", ".join(VARIANTS)}')
-    c = default_config()
-    c.name = 'scaling'
-    c.variant = arg.variant
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    c.update_from_flattened_dict(VARIANTS[arg.variant])
-    if arg.runlocal:
-        apply_runlocal(c)
-        if arg.variant == 'large_model':
-            c.model.hidden_size = 2 * c.model.hidden_size
-            c.model.puzzle_emb_ndim = c.model.hidden_size
-        elif arg.variant == 'more_data':
-            c.data.generate_train *= 5
-    return c
+    return family_config('scaling', VARIANTS, arg, 'large_model', _runlocal)
 
 
 def sweep():

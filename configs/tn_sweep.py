@@ -10,28 +10,21 @@ with T*(n+1) + 2*(n+1).
 
 import re
 
-from trm_spmd.config import ConfigArgError, apply_runlocal, default_config, parse_arg
+from trm_spmd.config import ConfigArgError, family_config
 
 VARIANTS = ('t2_n2', 't2_n6', 't3_n4', 't3_n6', 't4_n6')
 
 
 def decode_variant(variant):
+    """'t3_n6' -> the fields {model.H_cycles: 3, model.L_cycles: 6}; any tT_nN is accepted."""
     match = re.fullmatch(r't(\d+)_n(\d+)', variant)
     if not match:
         raise ConfigArgError(f'tn_sweep variant {variant!r} is not of the form tT_nN; known: {", ".join(VARIANTS)}')
-    return int(match.group(1)), int(match.group(2))
+    return {'model.H_cycles': int(match.group(1)), 'model.L_cycles': int(match.group(2))}
 
 
 def get_config(arg=None):
-    arg = parse_arg(arg, variant='t3_n6', runlocal=False)
-    c = default_config()
-    c.name = 'tn_sweep'
-    c.variant = arg.variant
-    c.model.H_cycles, c.model.L_cycles = decode_variant(arg.variant)
-    c.data.path = 'data/sudoku-extreme-1k-aug-1000'
-    if arg.runlocal:
-        apply_runlocal(c)
-    return c
+    return family_config('tn_sweep', decode_variant, arg, 't3_n6')
 
 
 def sweep():

@@ -13,7 +13,7 @@ from conftest import REPO, run_in_subprocess
 if REPO not in sys.path:
     sys.path.insert(0, REPO)   # benchmarks/ is a folder of scripts beside the package, not installed
 
-from benchmarks import peaks, projection, step_time  # noqa: E402
+from benchmarks import peaks, projection  # noqa: E402
 from trm_spmd.config import load_config  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
 
@@ -84,15 +84,25 @@ def test_peak_table(description, peak):
     assert peaks.peak_tflops(description) == peak
 
 
-def test_overrides_keep_the_field_types():
+def test_benchmarks_take_the_trainers_config_overrides(tmp_path):
+    args = ['benchmarks/projection.py', '--config=configs/baseline.py', '--config.model.hidden_size=256',
+            '--config.model.mlp_t=false', "--config.mesh.shape=(8, 1)", '--config.optim.lr=3e-4', f'--out={tmp_path}']
+    result = run_in_subprocess(args, 1, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [path] = glob.glob(str(tmp_path / 'projection_v4-64_*.json'))
+    with open(path) as f:
+        record = json.load(f)
+    assert record['config']['overrides'] == {'model.hidden_size': 256, 'model.mlp_t': False, 'mesh.shape': [8, 1],
+                                             'optim.lr': 3e-4, 'data.global_batch_size': 6144}
     config = load_config(BASELINE)
-    applied = step_time.apply_overrides(config, ['model.hidden_size=256', 'model.mlp_t=false',
-                                                 'mesh.shape=(8, 1)', 'optim.lr=3e-4'])
-    assert applied == {'model.hidden_size': 256, 'model.mlp_t': False, 'mesh.shape': (8, 1), 'optim.lr': 3e-4}
-    assert config.model.hidden_size == 256 and config.mesh.shape == (8, 1)
-    for bad in ('model.hiden_size=3', 'model.hidden_size=wide', 'model.hidden_size'):
-        with pytest.raises(UserError):
-            step_time.apply_overrides(config, [bad])
+    config.model.hidden_size, config.model.mlp_t = 256, False
+    assert record['results']['gflop_per_example_step'] * 1e9 == pytest.approx(projection.flops_per_example(config))
+
+    for bad, message in (('--config.model.hiden_size=3', 'did you mean "model.hidden_size"'),
+                         ('--config.model.hidden_size=wide', 'hidden_size')):
+        result = run_in_subprocess(['benchmarks/projection.py', bad, f'--out={tmp_path}'], 1, timeout=120)
+        assert result.returncode != 0 and message in result.stderr and 'Traceback' not in result.stderr, \
+            result.stderr[-2000:]
 
 
 def _results_listing():

@@ -8,7 +8,9 @@ import pytest
 from trm_spmd.data import EvalBatches, Prefetcher, TrainBatches, load_split, sudoku
 from trm_spmd.data.build_sudoku import build_generated
 from trm_spmd.data.dataset import DatasetError, Split
-from trm_spmd.data.sudoku import DataError, IGNORE_LABEL
+from trm_spmd.batch import IGNORE_LABEL
+from trm_spmd.data.sudoku import DataError
+from trm_spmd.errors import UserError
 
 
 @pytest.fixture(scope='module')
@@ -41,7 +43,7 @@ def _groups_of(batch, split):
 
 def test_batch_format(generated):
     split = load_split(generated, 'train')
-    batch = next(TrainBatches(split, 16, seed=0))
+    batch = TrainBatches(split, 16, seed=0).batch_at(0)
     assert sorted(batch) == ['inputs', 'labels', 'puzzle_identifiers']
     assert all(v.dtype == np.int32 for v in batch.values())
     assert batch['inputs'].shape == batch['labels'].shape == (16, 81)
@@ -51,7 +53,7 @@ def test_batch_format(generated):
 
 def test_ignored_labels_become_minus_100():
     split = _tagged_split([1] * 8, [1] * 8)
-    batch = next(TrainBatches(split, 4, seed=0))
+    batch = TrainBatches(split, 4, seed=0).batch_at(0)
     assert (batch['labels'][:, 0] == IGNORE_LABEL).all() and (batch['labels'][:, 1:] == 5).all()
 
 
@@ -62,28 +64,26 @@ def test_every_group_once_per_epoch_and_variant_from_its_group(groups, batch):
     puzzle_sizes = rng.integers(1, 3, group_sizes.sum())
     split = _tagged_split(group_sizes, puzzle_sizes)
     loader = TrainBatches(split, batch, seed=3)
-    seen = np.concatenate([_groups_of(next(loader), split) for _ in range(groups * 3 // np.gcd(groups, batch))])
+    seen = np.concatenate([_groups_of(loader.batch_at(s), split) for s in range(groups * 3 // np.gcd(groups, batch))])
     for epoch in np.split(seen[:len(seen) // groups * groups], len(seen) // groups):
         assert sorted(epoch.tolist()) == list(range(groups))
     assert loader.steps_per_epoch == groups / batch
-    loader = TrainBatches(split, batch, seed=3)
-    for _ in range(5):
-        b = next(loader)
+    for step in range(5):
+        b = loader.batch_at(step)
         assert ((_groups_of(b, split) % 10) == b['inputs'][:, 0]).all()   # the example is from the group
 
 
 def test_variants_are_all_drawn():
     split = _tagged_split([3, 3], [1] * 6)
     loader = TrainBatches(split, 2, seed=0)
-    drawn = {int(p) for _ in range(60) for p in next(loader)['puzzle_identifiers']}
+    drawn = {int(p) for s in range(60) for p in loader.batch_at(s)['puzzle_identifiers']}
     assert drawn == set(range(6))
 
 
 def test_seed_determines_the_stream(generated):
     split = load_split(generated, 'train')
-    a = [next(it) for it in [TrainBatches(split, 8, seed=1)] for _ in range(6)]
-    b = [next(it) for it in [TrainBatches(split, 8, seed=1)] for _ in range(6)]
-    c = [next(it) for it in [TrainBatches(split, 8, seed=2)] for _ in range(6)]
+    a, b, c = ([loader.batch_at(s) for s in range(6)] for loader in
+               (TrainBatches(split, 8, seed=1), TrainBatches(split, 8, seed=1), TrainBatches(split, 8, seed=2)))
     assert all((x['inputs'] == y['inputs']).all() for x, y in zip(a, b))
     assert any((x['inputs'] != y['inputs']).any() for x, y in zip(a, c))
 
@@ -92,12 +92,12 @@ def test_seed_determines_the_stream(generated):
 def test_host_slices_partition_the_global_batch(generated, augment):
     split = load_split(generated, 'train')
     reference = TrainBatches(split, 16, seed=5, augment=augment)
-    full = [next(reference) for _ in range(7)]
+    full = [reference.batch_at(s) for s in range(7)]
     for hosts in (2, 4, 8):
         loaders = [TrainBatches(split, 16, seed=5, process_index=i, process_count=hosts, augment=augment)
                    for i in range(hosts)]
         for step in range(7):
-            parts = [next(loader) for loader in loaders]
+            parts = [loader.batch_at(step) for loader in loaders]
             assert all(len(p['inputs']) == 16 // hosts for p in parts)
             for key in full[step]:
                 assert (np.concatenate([p[key] for p in parts]) == full[step][key]).all()
@@ -107,8 +107,8 @@ def test_augmented_batches_are_valid_and_fresh(generated):
     split = load_split(generated, 'train')
     plain = TrainBatches(split, 32, seed=0)
     augmented = TrainBatches(split, 32, seed=0, augment=True)
-    for _ in range(3):
-        p, a = next(plain), next(augmented)
+    for step in range(3):
+        p, a = plain.batch_at(step), augmented.batch_at(step)
         assert sudoku.is_solution_grid(a['labels'] - 1).all()
         givens = a['inputs'] != sudoku.BLANK_TOKEN
         assert (a['inputs'][givens] == a['labels'][givens]).all()
@@ -118,83 +118,50 @@ def test_augmented_batches_are_valid_and_fresh(generated):
 
 def test_batch_size_must_divide_by_hosts(generated):
     split = load_split(generated, 'train')
-    with pytest.raises(DataError, match='not divisible by the 3 hosts'):
+    with pytest.raises(UserError, match='not divisible by the 3 hosts'):
         TrainBatches(split, 16, seed=0, process_count=3)
-    with pytest.raises(DataError, match='not divisible by the 3 hosts'):
+    with pytest.raises(UserError, match='not divisible by the 3 hosts'):
         EvalBatches(load_split(generated, 'test'), 16, process_count=3)
 
 
 @pytest.mark.parametrize('augment', [False, True])
-def test_resume_continues_with_identical_batches(generated, augment):
+def test_a_resumed_position_gives_the_same_batches_on_any_host_count(generated, augment):
     split = load_split(generated, 'train')
     straight = TrainBatches(split, 16, seed=9, augment=augment)
-    expected = [next(straight) for _ in range(12)]
-    first = TrainBatches(split, 16, seed=9, augment=augment)
-    for _ in range(5):
-        next(first)
-    state = json.loads(json.dumps(first.state_dict()))      # survives a checkpoint file
-    assert state['step'] == 5 and (state['epoch'], state['offset']) == divmod(5 * 16, 40)
+    expected = [straight.batch_at(s) for s in range(12)]
+    position = json.loads(json.dumps(straight.position(5)))      # survives a checkpoint file
+    assert position['step'] == 5 and (position['epoch'], position['offset']) == divmod(5 * 16, 40)
     resumed = TrainBatches(split, 16, seed=9, process_index=1, process_count=2, augment=augment)
-    resumed.load_state_dict(state)
-    for step in range(5, 12):
-        assert (next(resumed)['inputs'] == expected[step]['inputs'][8:]).all()
-    assert resumed.epoch == 12 * 16 / 40
+    resumed.check_position(position)
+    with Prefetcher(resumed.batch_at, start=position['step'], depth=3) as batches:
+        for step in range(5, 12):
+            assert (next(batches)['inputs'] == expected[step]['inputs'][8:]).all()
 
 
 def test_resume_refuses_other_seed_or_batch(generated):
     split = load_split(generated, 'train')
-    state = TrainBatches(split, 16, seed=9).state_dict()
+    position = TrainBatches(split, 16, seed=9).position(3)
     with pytest.raises(DataError, match='seed=9'):
-        TrainBatches(split, 16, seed=1).load_state_dict(state)
+        TrainBatches(split, 16, seed=1).check_position(position)
     with pytest.raises(DataError, match='global_batch_size=16'):
-        TrainBatches(split, 8, seed=9).load_state_dict(state)
+        TrainBatches(split, 8, seed=9).check_position(position)
 
 
-def test_prefetcher_state_is_what_the_consumer_took(generated):
-    split = load_split(generated, 'train')
-    straight = TrainBatches(split, 8, seed=4)
-    expected = [next(straight)['inputs'] for _ in range(10)]
-    with Prefetcher(TrainBatches(split, 8, seed=4), depth=3) as batches:
-        assert batches.state_dict()['step'] == 0
-        for step in range(4):
-            assert (next(batches)['inputs'] == expected[step]).all()
-        state = batches.state_dict()
-    assert state['step'] == 4
-    with Prefetcher(TrainBatches(split, 8, seed=4), depth=3) as batches:
-        next(batches)
-        batches.load_state_dict(state)
-        for step in range(4, 10):
-            assert (next(batches)['inputs'] == expected[step]).all()
-
-
-class _Failing:
-    def __init__(self):
-        self.count = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self.count += 1
-        if self.count == 3:
+def test_prefetcher_reraises_the_producers_error():
+    def batch_at(index):
+        if index == 2:
             raise RuntimeError('broken source')
-        return self.count
+        return index
 
-
-def test_prefetcher_reraises_and_ends():
-    batches = Prefetcher(_Failing(), depth=2)
-    assert [next(batches), next(batches)] == [1, 2]
+    batches = Prefetcher(batch_at, depth=2)
+    assert [next(batches), next(batches)] == [0, 1]
     with pytest.raises(RuntimeError, match='broken source'):
         next(batches)
     batches.close()
-    with Prefetcher(range(5), depth=2) as finite:
-        assert list(finite) == [0, 1, 2, 3, 4]
-        with pytest.raises(DataError, match='no position'):
-            finite.state_dict()
 
 
 def test_prefetcher_close_stops_an_endless_producer(generated):
-    batches = Prefetcher(TrainBatches(load_split(generated, 'train'), 8, seed=0), depth=2)
+    batches = Prefetcher(TrainBatches(load_split(generated, 'train'), 8, seed=0).batch_at, depth=2)
     next(batches)
     batches.close()
     assert batches._thread is None

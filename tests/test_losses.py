@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trm_spmd.model import IGNORE_LABEL_ID, TRMConfig, loss_and_metrics, predictions
+from trm_spmd.batch import IGNORE_LABEL as IGNORE_LABEL_ID
+from trm_spmd.model import TRMConfig, loss_and_metrics, predictions
 from trm_spmd.model.losses import log_stablemax, softmax_cross_entropy, stablemax_cross_entropy
 
 

@@ -12,8 +12,6 @@ arrays. With host-local disks every host writes its own identical copy; with a b
 processes of one machine) only host 0 writes and every host reads.
 """
 
-import os
-
 import numpy as np
 import orbax.checkpoint as ocp
 import torch
@@ -35,14 +33,9 @@ def to_numpy_tree(tree):
     return tree
 
 
-def _absolute(path):
-    # orbax (tensorstore) refuses relative paths.
-    return path if fs.is_remote(path) else os.path.abspath(path)
-
-
 class Checkpointer:
     def __init__(self, workdir, keep, keep_best, async_save, is_main_host, shared_filesystem=False):
-        workdir = _absolute(workdir)
+        workdir = fs.absolute(workdir)
         self.workdir = workdir
         self.writes = is_main_host or not (fs.is_remote(workdir) or shared_filesystem)
         options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
@@ -77,7 +70,7 @@ class Checkpointer:
         """(state, meta) of `step` (default the newest) from the newest-K directory or `directory`."""
         manager = self.latest
         if directory is not None:
-            manager = ocp.CheckpointManager(_absolute(directory), options=ocp.CheckpointManagerOptions(
+            manager = ocp.CheckpointManager(fs.absolute(directory), options=ocp.CheckpointManagerOptions(
                 read_only=True, create=False, save_interval_steps=0))
         step = manager.latest_step() if step is None else step
         restored = manager.restore(step, args=ocp.args.Composite(

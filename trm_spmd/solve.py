@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import torch
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import ConfigDict
 
 from trm_spmd import errors, fs
@@ -160,7 +160,7 @@ def main(argv):
 
 def run():
     logging.set_verbosity(logging.WARNING)   # orbax reports every file it reads at INFO
-    errors.run_main(app.run, main)
+    errors.run_main(main)
 
 
 if __name__ == '__main__':

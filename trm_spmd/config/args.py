@@ -9,9 +9,11 @@ import difflib
 
 import ml_collections
 
+from trm_spmd.errors import UserError
 
-class ConfigArgError(ValueError):
-    pass
+
+class ConfigArgError(UserError):
+    """A config argument (the ARG of FILE.py:ARG) that cannot be parsed."""
 
 
 def _convert(key, text, default):

@@ -8,9 +8,11 @@ A file may define more named sweeps as functions; `FILE.py:NAME` expands that on
 import importlib.util
 import os
 
+from trm_spmd.errors import UserError
 
-class ConfigFileError(ValueError):
-    pass
+
+class ConfigFileError(UserError):
+    """A config file, sweep or override key that does not exist."""
 
 
 def load_module(path):

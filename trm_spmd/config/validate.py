@@ -8,8 +8,11 @@ import hashlib
 import json
 import math
 
+from trm_spmd.errors import UserError
+from trm_spmd.model.config import ModelConfigError, TRMConfig
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError):
     """A config that cannot run. The message is one line naming the field and the fix."""
 
 
@@ -45,26 +48,13 @@ def validate(config, device_count=None, process_count=1):
     c = config
     _one_of(c.mode, 'mode', ('train', 'eval'))
     _one_of(c.backend, 'backend', ('auto', 'xla', 'native'))
-    m = c.model
-    for name in ('hidden_size', 'num_heads', 'H_cycles', 'L_cycles', 'L_layers'):
-        _check(m[name] >= 1, f'model.{name}={m[name]} must be >= 1')
-    _check(m.expansion > 0, f'model.expansion={m.expansion} must be > 0')
-    _one_of(m.pos_encodings, 'model.pos_encodings', ('none', 'rope', 'learned'))
-    _one_of(m.forward_dtype, 'model.forward_dtype', ('bfloat16', 'float32'))
-    if not m.mlp_t:
-        _check(m.hidden_size % m.num_heads == 0,
-               f'model.hidden_size={m.hidden_size} must be divisible by model.num_heads={m.num_heads}')
-    _check(m.puzzle_emb_ndim >= 0 and m.puzzle_emb_len >= 0, 'model.puzzle_emb_ndim/len must be >= 0')
-    if m.puzzle_emb_ndim > 0:
-        _check(m.puzzle_emb_len >= 1 and m.puzzle_emb_ndim <= m.puzzle_emb_len * m.hidden_size,
-               f'model.puzzle_emb_ndim={m.puzzle_emb_ndim} does not fit in '
-               f'model.puzzle_emb_len={m.puzzle_emb_len} tokens of {m.hidden_size}')
-
+    try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig
+        TRMConfig.from_config(c)
+    except ModelConfigError as e:
+        raise ConfigError(str(e)) from None
     a = c.act
-    _check(a.halt_max_steps >= 1, f'act.halt_max_steps={a.halt_max_steps} must be >= 1')
-    for name in ('exploration_prob', 'exploration_prob_final'):
-        _check(0.0 <= a[name] <= 1.0, f'act.{name}={a[name]} must be in [0, 1]')
-    _one_of(c.loss.type, 'loss.type', ('stablemax', 'softmax'))
+    _check(0.0 <= a.exploration_prob_final <= 1.0,
+           f'act.exploration_prob_final={a.exploration_prob_final} must be in [0, 1]')
 
     o = c.optim
     _one_of(o.name, 'optim.name', ('adam_atan2', 'adamw', 'lion'))

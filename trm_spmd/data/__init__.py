@@ -7,7 +7,7 @@ Build a dataset with `python -m trm_spmd.data.build_sudoku` or, from code,
 
 from trm_spmd.data.dataset import DatasetError, Split, load_split
 from trm_spmd.data.loader import EvalBatches, Prefetcher, TrainBatches
-from trm_spmd.data.sudoku import IGNORE_LABEL, DataError, PuzzleError
+from trm_spmd.data.sudoku import DataError, PuzzleError
 
-__all__ = ['DataError', 'DatasetError', 'EvalBatches', 'IGNORE_LABEL', 'Prefetcher', 'PuzzleError',
+__all__ = ['DataError', 'DatasetError', 'EvalBatches', 'Prefetcher', 'PuzzleError',
            'Split', 'TrainBatches', 'load_split']

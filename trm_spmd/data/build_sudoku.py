@@ -21,12 +21,12 @@ arguments, same bytes.
 """
 
 import os
-import sys
-import time
 
 import numpy as np
 from absl import app, flags
 
+from trm_spmd import errors
+from trm_spmd.progress import Progress
 from trm_spmd.data import augment, dataset, generate, solver
 from trm_spmd.data.sudoku import DataError, PuzzleSet, Problems, check_solutions, read_puzzles, to_tokens
 
@@ -34,37 +34,11 @@ from trm_spmd.data.sudoku import DataError, PuzzleSet, Problems, check_solutions
 _SPLIT, _SUBSAMPLE, _AUGMENT, _GENERATE_TRAIN, _GENERATE_TEST = range(5)
 
 
-class Progress:
-    """Count, rate and ETA on stderr for loops that run longer than a few seconds."""
-
-    def __init__(self, label, total, enabled=True):
-        self.label, self.total, self.enabled = label, total, enabled
-        self.start = self.last = time.monotonic()
-        self.tty = sys.stderr.isatty()
-        self.shown = False
-
-    def update(self, done):
-        now = time.monotonic()
-        if not self.enabled or now - self.start < 2 or now - self.last < (1 if self.tty else 10):
-            return
-        self.last = now
-        rate = done / (now - self.start)
-        eta = (self.total - done) / rate if rate else float('inf')
-        line = f'{self.label}: {done}/{self.total} ({rate:.0f}/s, ETA {eta:.0f}s)'
-        sys.stderr.write(('\r' + line) if self.tty else (line + '\n'))
-        sys.stderr.flush()
-        self.shown = True
-
-    def close(self):
-        if self.shown and self.tty:
-            sys.stderr.write('\n')
-
-
 def solve_missing(puzzles, problems, progress=True):
     """Fills in unknown solutions, keeping only puzzles with exactly one."""
     todo = np.flatnonzero(~puzzles.solutions.any(axis=1))
     keep = np.ones(len(puzzles), bool)
-    bar = Progress(f'solving {os.path.basename(puzzles.path)}', len(todo), progress)
+    bar = Progress(f'solving {os.path.basename(puzzles.path)}', len(todo), progress, unit='puzzles')
     for done, row in enumerate(todo.tolist()):
         found = solver.solutions(puzzles.puzzles[row], limit=2)
         if len(found) == 1:
@@ -161,7 +135,7 @@ def _at_least(puzzles: PuzzleSet, min_rating):
 def _generate_unique(count, blanks, seed, stream, taken, progress, label):
     """`count` puzzles not in `taken`; puzzle i draws from (seed, stream, i) alone."""
     puzzles, solutions = [], []
-    bar = Progress(label, count, progress)
+    bar = Progress(label, count, progress, unit='puzzles')
     index = 0
     while len(puzzles) < count:
         puzzle, solution = generate.generate(np.random.default_rng([seed, stream, index]), blanks)
@@ -214,24 +188,20 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f'unexpected arguments {argv[1:]}')
     f = flags.FLAGS
-    try:
-        if bool(f.input) == bool(f.generate):
-            raise DataError('give exactly one of --input=FILE and --generate=N')
-        if f.generate:
-            if f.solutions or f.test_input or f.test_solutions or f.subsample or f.min_rating is not None:
-                raise DataError('--generate takes no input files, --subsample or --min_rating')
-            num_test = f.test_generate or max(1, round(f.generate * f.eval_fraction))
-            summary = build_generated(f.output_dir, f.generate, num_test, generate.parse_blanks(f.blanks),
-                                      f.seed, f.num_aug)
-        else:
-            summary = build_from_files(f.output_dir, f.input, f.solutions, f.test_input, f.test_solutions,
-                                       f.subsample, f.num_aug, f.eval_fraction, f.min_rating, f.seed, f.on_error)
-    except DataError as e:   # a user's mistake: one line, no traceback (as trm_spmd.errors)
-        print(f'error: {e}', file=sys.stderr)
-        sys.exit(2)
+    if bool(f.input) == bool(f.generate):
+        raise DataError('give exactly one of --input=FILE and --generate=N')
+    if f.generate:
+        if f.solutions or f.test_input or f.test_solutions or f.subsample or f.min_rating is not None:
+            raise DataError('--generate takes no input files, --subsample or --min_rating')
+        num_test = f.test_generate or max(1, round(f.generate * f.eval_fraction))
+        summary = build_generated(f.output_dir, f.generate, num_test, generate.parse_blanks(f.blanks),
+                                  f.seed, f.num_aug)
+    else:
+        summary = build_from_files(f.output_dir, f.input, f.solutions, f.test_input, f.test_solutions,
+                                   f.subsample, f.num_aug, f.eval_fraction, f.min_rating, f.seed, f.on_error)
     print(summary)
 
 
 if __name__ == '__main__':
     _define_flags()
-    app.run(main)
+    errors.run_main(main)

@@ -21,21 +21,11 @@ import threading
 import numpy as np
 
 from trm_spmd.data import augment as augment_lib
-from trm_spmd.data.sudoku import DataError, IGNORE_LABEL, PAD_TOKEN
+from trm_spmd.batch import IGNORE_LABEL, host_rows
+from trm_spmd.data.sudoku import DataError, PAD_TOKEN
 
 # Stream tags keep the random draws for the different purposes independent.
 _PERMUTATION, _VARIANT, _AUGMENT = 0, 1, 2
-
-
-def host_rows(global_batch_size, process_index, process_count):
-    """(start, stop) of this host's rows in the global batch."""
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise DataError(f'process_index={process_index} must lie in [0, process_count={process_count})')
-    if global_batch_size < 1 or global_batch_size % process_count:
-        raise DataError(f'global batch size {global_batch_size} is not divisible by the {process_count} '
-                        f'hosts: use a multiple of {process_count}')
-    per_host = global_batch_size // process_count
-    return process_index * per_host, (process_index + 1) * per_host
 
 
 def row_uniforms(entropy, start, stop, per_row):
@@ -74,7 +64,6 @@ class TrainBatches:
         self.global_batch_size = global_batch_size
         self.seed = int(seed)
         self.augment = augment
-        self.step = 0
         self._ignore = split.metadata.get('ignore_label_id')
         self._group_start = split.group_indices[:-1]
         self._group_size = np.diff(split.group_indices)
@@ -90,11 +79,6 @@ class TrainBatches:
     def steps_per_epoch(self):
         """Batches per pass over the groups; fractional, batches straddle epochs."""
         return self.num_groups / self.global_batch_size
-
-    @property
-    def epoch(self):
-        """Epochs completed by the batches produced so far (fractional)."""
-        return self.step * self.global_batch_size / self.num_groups
 
     def _permutation(self, epoch):
         if epoch not in self._permutations:
@@ -134,26 +118,18 @@ class TrainBatches:
                 'labels': _labels(labels, self._ignore),
                 'puzzle_identifiers': self.split.puzzle_identifiers[puzzles].astype(np.int32)}
 
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        batch = self.batch_at(self.step)
-        self.step += 1
-        return batch
-
-    def state_dict(self):
-        """Position of the next batch; host-independent, so any host count can resume it."""
-        epoch, offset = divmod(self.step * self.global_batch_size, self.num_groups)
-        return {'step': self.step, 'epoch': epoch, 'offset': offset, 'seed': self.seed,
+    def position(self, step):
+        """Where batch `step` starts in the stream; host-independent, so any host count can resume it."""
+        epoch, offset = divmod(step * self.global_batch_size, self.num_groups)
+        return {'step': int(step), 'epoch': epoch, 'offset': offset, 'seed': self.seed,
                 'global_batch_size': self.global_batch_size, 'num_groups': self.num_groups}
 
-    def load_state_dict(self, state):
+    def check_position(self, position):
+        """Refuses to resume a position saved with another stream (seed, batch, groups)."""
         for key in ('seed', 'global_batch_size', 'num_groups'):
-            if int(state[key]) != getattr(self, key):
-                raise DataError(f'the data position was saved with {key}={int(state[key])} but this run has '
+            if int(position[key]) != getattr(self, key):
+                raise DataError(f'the data position was saved with {key}={int(position[key])} but this run has '
                                 f'{getattr(self, key)}: resume with the same data, seed and batch size')
-        self.step = int(state['step'])
 
 
 class EvalBatches:
@@ -204,84 +180,44 @@ class EvalBatches:
             yield self.batch_at(index)
 
 
-_END = object()
-
-
 class Prefetcher:
-    """Produces batches of `iterable` on a background thread, up to `depth` ahead.
+    """batch_at(start), batch_at(start + 1), ... made on a background thread, up to `depth`
+    ahead. An exception in the producer is raised in the consumer; close() stops the thread."""
 
-    state_dict() is the position after the batches the consumer has taken (not those
-    prefetched), so a checkpoint written after N batches resumes at batch N + 1. An
-    exception in the producer is raised in the consumer; close() stops the thread.
-    """
-
-    def __init__(self, iterable, depth=2):
+    def __init__(self, batch_at, start=0, depth=2):
         if depth < 1:
             raise DataError(f'prefetch depth {depth} must be >= 1')
-        self._source = iterable
-        self._depth = depth
-        self._thread = None
-        self._start()
-
-    def _start(self):
-        self._iterator = iter(self._source)
-        self._state = self._source_state()
-        self._queue = queue.Queue(self._depth)
+        self._batch_at = batch_at
+        self._queue = queue.Queue(depth)
         self._stop = threading.Event()
-        self._done = False
-        self._thread = threading.Thread(target=self._produce, name='trm-data-prefetch', daemon=True)
+        self._thread = threading.Thread(target=self._produce, args=(start,), name='trm-data-prefetch', daemon=True)
         self._thread.start()
-
-    def _source_state(self):
-        return self._source.state_dict() if hasattr(self._source, 'state_dict') else None
 
     def _put(self, item):
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
-                return True
+                return
             except queue.Full:
                 pass
-        return False
 
-    def _produce(self):
+    def _produce(self, index):
         try:
             while not self._stop.is_set():
-                try:
-                    batch = next(self._iterator)
-                except StopIteration:
-                    self._put((_END, None))
-                    return
-                if not self._put((batch, self._source_state())):
-                    return
+                self._put(self._batch_at(index))
+                index += 1
         except BaseException as e:  # handed to the consumer, which re-raises it
-            self._put((e, None))
+            self._put(e)
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if self._done:
-            raise StopIteration
-        item, state = self._queue.get()
-        if item is _END:
-            self._done = True
-            raise StopIteration
+        item = self._queue.get()
         if isinstance(item, BaseException):
-            self._done = True
+            self.close()
             raise item
-        self._state = state
         return item
-
-    def state_dict(self):
-        if self._state is None:
-            raise DataError(f'{type(self._source).__name__} has no position to save')
-        return self._state
-
-    def load_state_dict(self, state):
-        self.close()
-        self._source.load_state_dict(state)
-        self._start()
 
     def close(self):
         if self._thread is not None:

@@ -10,11 +10,12 @@ import os
 
 import numpy as np
 
+from trm_spmd.errors import UserError
+
 SEQ_LEN = 81
 VOCAB_SIZE = 11          # pad, blank, digits 1..9
 PAD_TOKEN = 0
 BLANK_TOKEN = 1          # digit d is token d + 1, so a blank (digit 0) is token 1
-IGNORE_LABEL = -100      # label value the losses skip (padded rows, unlabelled cells)
 CSV_HEADER = ('source', 'question', 'answer', 'rating')
 BUILD_HINT = 'python -m trm_spmd.data.build_sudoku --generate=5000 --blanks=30:45 --output_dir=DIR'
 
@@ -31,7 +32,7 @@ _DIGIT_OF_BYTE[ord('.')] = 0
 _DIGIT_OF_BYTE[ord('0'):ord('9') + 1] = np.arange(10)
 
 
-class DataError(Exception):
+class DataError(UserError):
     """Bad data or arguments; the message is one line with the cause and the fix."""
 
 

@@ -3,14 +3,14 @@
 from trm_spmd.model.act import act_step, exploration_prob_at, initial_carry
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.flops import eval_flops_per_example_step, network_call_flops, train_flops_per_example_step
-from trm_spmd.model.losses import IGNORE_LABEL_ID, loss_and_metrics, predictions
+from trm_spmd.model.losses import loss_and_metrics, predictions
 from trm_spmd.model.official import (CheckpointMismatchError, infer_config_from_official, load_official,
                                      to_official)
 from trm_spmd.model.rng import counter_uniforms
 from trm_spmd.model.trm import TRM, trainable_param_count
 
 __all__ = [
-    'CheckpointMismatchError', 'IGNORE_LABEL_ID', 'TRM', 'TRMConfig', 'act_step', 'counter_uniforms',
+    'CheckpointMismatchError', 'TRM', 'TRMConfig', 'act_step', 'counter_uniforms',
     'eval_flops_per_example_step', 'exploration_prob_at', 'infer_config_from_official', 'initial_carry',
     'load_official', 'loss_and_metrics', 'network_call_flops', 'predictions', 'to_official',
     'train_flops_per_example_step', 'trainable_param_count',

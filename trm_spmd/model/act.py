@@ -16,9 +16,9 @@ hold it:
 
 import torch
 
+from trm_spmd.batch import BATCH_KEYS
 from trm_spmd.model.config import TRMConfig
 
-DATA_KEYS = ('inputs', 'labels', 'puzzle_identifiers')
 
 
 def initial_carry(model_or_cfg, batch_size, device, labels_dtype=torch.int32):
@@ -80,7 +80,7 @@ def act_step(model, carry, batch, *, training, exploration_prob=None, uniforms=N
 
     reset = carry['halted']
     data = {k: torch.where(reset.view((-1,) + (1,) * (carry[k].dim() - 1)), batch[k].to(carry[k].dtype), carry[k])
-            for k in DATA_KEYS}
+            for k in BATCH_KEYS}
     z_H = torch.where(reset.view(-1, 1, 1), model.H_init, carry['z_H'])
     z_L = torch.where(reset.view(-1, 1, 1), model.L_init, carry['z_L'])
     steps = torch.where(reset, torch.zeros_like(carry['steps']), carry['steps'])

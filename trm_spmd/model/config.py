@@ -1,10 +1,29 @@
-"""The model's own view of the run config: everything the network, ACT and loss read."""
+"""The model's own view of the run config: everything the network, ACT and loss read.
+
+Its checks are the one place the model's rules live: the run config's validation builds a
+TRMConfig to apply them, so messages name the run config's keys (model.hidden_size, ...).
+"""
 
 import dataclasses
+
+from trm_spmd.errors import UserError
 
 _DTYPES = ('bfloat16', 'float32')
 _POS_ENCODINGS = ('none', 'rope', 'learned')
 _LOSS_TYPES = ('stablemax', 'softmax')
+# Field -> its key in the run config (trm_spmd/config/schema.py), for messages.
+_KEYS = {'halt_max_steps': 'act.halt_max_steps', 'exploration_prob': 'act.exploration_prob',
+         'no_ACT_continue': 'act.no_ACT_continue', 'loss_type': 'loss.type', 'q_loss_weight': 'loss.q_loss_weight',
+         'vocab_size': 'dataset vocab_size', 'seq_len': 'dataset seq_len',
+         'num_puzzle_identifiers': 'dataset num_puzzle_identifiers'}
+
+
+def _key(field):
+    return _KEYS.get(field, f'model.{field}')
+
+
+class ModelConfigError(UserError, ValueError):
+    """A model setting the network cannot be built with; one line naming the config key."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,27 +54,31 @@ class TRMConfig:
     def __post_init__(self):
         def check(ok, message):
             if not ok:
-                raise ValueError(f'TRMConfig: {message}')
+                raise ModelConfigError(message)
 
-        check(self.forward_dtype in _DTYPES,
-              f'forward_dtype={self.forward_dtype!r} is not one of {_DTYPES}')
-        check(self.pos_encodings in _POS_ENCODINGS,
-              f'pos_encodings={self.pos_encodings!r} is not one of {_POS_ENCODINGS}')
-        check(self.loss_type in _LOSS_TYPES, f'loss_type={self.loss_type!r} is not one of {_LOSS_TYPES}')
+        def one_of(field, allowed):
+            value = getattr(self, field)
+            check(value in allowed, f'{_key(field)}={value!r} is not one of {", ".join(map(repr, allowed))}')
+
+        one_of('forward_dtype', _DTYPES)
+        one_of('pos_encodings', _POS_ENCODINGS)
+        one_of('loss_type', _LOSS_TYPES)
         for name in ('vocab_size', 'seq_len', 'num_puzzle_identifiers', 'hidden_size', 'num_heads',
                      'H_cycles', 'L_cycles', 'L_layers', 'halt_max_steps'):
-            check(getattr(self, name) >= 1, f'{name}={getattr(self, name)} must be >= 1')
+            check(getattr(self, name) >= 1, f'{_key(name)}={getattr(self, name)} must be >= 1')
+        check(self.expansion > 0, f'model.expansion={self.expansion} must be > 0')
+        check(0.0 <= self.exploration_prob <= 1.0, f'act.exploration_prob={self.exploration_prob} must be in [0, 1]')
         if not self.mlp_t:
             check(self.hidden_size % self.num_heads == 0,
-                  f'hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}')
+                  f'model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}')
         if self.pos_encodings == 'rope':
             check((self.hidden_size // self.num_heads) % 2 == 0,
-                  'rope needs an even head_dim (hidden_size // num_heads)')
-        check(self.puzzle_emb_ndim >= 0, f'puzzle_emb_ndim={self.puzzle_emb_ndim} must be >= 0')
+                  'model.pos_encodings=rope needs an even head dimension (model.hidden_size / model.num_heads)')
+        check(self.puzzle_emb_ndim >= 0 and self.puzzle_emb_len >= 0, 'model.puzzle_emb_ndim/len must be >= 0')
         if self.puzzle_emb_ndim > 0:
             check(1 <= self.puzzle_emb_len and self.puzzle_emb_ndim <= self.puzzle_emb_len * self.hidden_size,
-                  f'puzzle_emb_ndim={self.puzzle_emb_ndim} does not fit in puzzle_emb_len='
-                  f'{self.puzzle_emb_len} tokens of {self.hidden_size}; raise puzzle_emb_len')
+                  f'model.puzzle_emb_ndim={self.puzzle_emb_ndim} does not fit in model.puzzle_emb_len='
+                  f'{self.puzzle_emb_len} tokens of {self.hidden_size}; raise model.puzzle_emb_len')
 
     @property
     def prefix_len(self) -> int:

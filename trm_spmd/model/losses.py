@@ -7,7 +7,8 @@ float32 result stays within ~1e-6 relative of it for the logit range a model pro
 import torch
 import torch.nn.functional as F
 
-IGNORE_LABEL_ID = -100
+from trm_spmd.batch import IGNORE_LABEL
+
 
 
 def _stablemax_s(x):
@@ -22,7 +23,7 @@ def log_stablemax(x, dim=-1):
     return torch.log(s / s.sum(dim, keepdim=True))
 
 
-def stablemax_cross_entropy(logits, labels, ignore_index=IGNORE_LABEL_ID):
+def stablemax_cross_entropy(logits, labels, ignore_index=IGNORE_LABEL):
     """Per-token -log stablemax(logits)[label] in float32; 0 where the label is ignored."""
     s = _stablemax_s(logits.float())
     valid = labels != ignore_index
@@ -32,7 +33,7 @@ def stablemax_cross_entropy(logits, labels, ignore_index=IGNORE_LABEL_ID):
     return torch.where(valid, -picked, torch.zeros_like(picked))
 
 
-def softmax_cross_entropy(logits, labels, ignore_index=IGNORE_LABEL_ID):
+def softmax_cross_entropy(logits, labels, ignore_index=IGNORE_LABEL):
     vocab = logits.shape[-1]
     loss = F.cross_entropy(logits.float().reshape(-1, vocab), labels.long().reshape(-1),
                            ignore_index=ignore_index, reduction='none')
@@ -58,7 +59,7 @@ def loss_and_metrics(new_carry, outputs, cfg):
     labels = new_carry['labels']
     logits = outputs['logits']
     q_halt = outputs['q_halt_logits']
-    mask = labels != IGNORE_LABEL_ID
+    mask = labels != IGNORE_LABEL
     counts = mask.sum(-1)
     divisor = counts.clamp_min(1).unsqueeze(-1)
 

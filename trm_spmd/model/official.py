@@ -10,6 +10,8 @@ import re
 
 import torch
 
+from trm_spmd.errors import UserError
+
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.trm import TRM
 
@@ -27,7 +29,7 @@ _SCRATCH = ('puzzle_emb.local_weights', 'puzzle_emb.local_ids',
             'rotary_emb.cos_cached', 'rotary_emb.sin_cached')
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """An official checkpoint that does not fit the configured model; one line naming the key."""
 
 

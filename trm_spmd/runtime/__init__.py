@@ -8,13 +8,15 @@ import os
 
 import torch
 
+from trm_spmd.errors import UserError
+
 from trm_spmd.runtime.base import Runtime
 from trm_spmd.runtime.native import NativeRuntime
 from trm_spmd.runtime.xla import XlaRuntime, xla_available
 
 
-class BackendError(RuntimeError):
-    pass
+class BackendError(UserError):
+    """The requested backend cannot run here."""
 
 
 def select_backend(requested):

@@ -2,6 +2,10 @@
 
 import os
 
+import torch
+
+from trm_spmd.batch import host_rows
+
 
 class Runtime:
     """One process's view of the devices: the mesh, batch placement, compilation, hosts.
@@ -22,8 +26,7 @@ class Runtime:
 
     def host_slice(self, global_rows):
         """(start, stop) of this process's rows in the global batch."""
-        per_host = global_rows // self.process_count
-        return self.process_index * per_host, (self.process_index + 1) * per_host
+        return host_rows(global_rows, self.process_index, self.process_count)
 
     def put_batch(self, host_batch):
         raise NotImplementedError
@@ -44,6 +47,12 @@ class Runtime:
         """The whole (global) tensor on the host CPU."""
         return tensor.detach().cpu()
 
+    def read_scalars(self, tensors):
+        """0-d tensors -> Python floats, in one transfer (waits for the steps that made them)."""
+        if not tensors:
+            return []
+        return torch.stack([t.detach().float() for t in tensors]).cpu().tolist()
+
     def compile(self, fn, name, max_graphs=None):
         raise NotImplementedError
 
@@ -52,9 +61,6 @@ class Runtime:
 
     def wait(self):
         pass
-
-    def add_step_closure(self, fn, args=()):
-        fn(*args)
 
     def counters(self):
         return {'uncached_compiles': 0, 'cpu_fallback_ops': 0, 'host_syncs': 0}

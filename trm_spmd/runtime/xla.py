@@ -92,6 +92,13 @@ class XlaRuntime(Runtime):
             self._xs.mark_sharding(tensor, self.mesh, (None,) * tensor.dim())
         return tensor.detach().cpu()
 
+    def read_scalars(self, tensors):
+        # One batched transfer of the existing buffers: stacking them would trace a new
+        # graph for every count of tensors.
+        tensors = [t.detach() for t in tensors]
+        self._torch_xla._XLAC._xla_sync_multi(tensors, devices=[], wait=True, sync_xla_data=False)
+        return [float(t) for t in self._torch_xla._XLAC._xla_get_cpu_tensors(tensors)]
+
     def replicate(self, tensor):
         """Marks a device tensor replicated, as the outputs of a step are: without the mark,
         freshly uploaded state traces a different first graph than every later step."""
@@ -116,12 +123,6 @@ class XlaRuntime(Runtime):
 
     def wait(self):
         self._xm.wait_device_ops()
-
-    def add_step_closure(self, fn, args=()):
-        # Runs at the next sync, i.e. when the following step has been dispatched: reading
-        # the values waits for this step only, while the device works on the next one.
-        # (Not run_async: closures left in its thread can be lost when the process ends.)
-        self._xm.add_step_closure(fn, args, run_async=False)
 
     def counters(self):
         met = self._met

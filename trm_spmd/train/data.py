@@ -6,6 +6,7 @@ import os
 from trm_spmd.data.build_sudoku import build_generated
 from trm_spmd.data.dataset import load_split
 from trm_spmd.data.loader import EvalBatches, TrainBatches
+from trm_spmd.train.evaluate import DifficultyBuckets
 
 
 def default_data_root():
@@ -55,6 +56,9 @@ class Dataset:
         c = self.config
         return TrainBatches(self.train, c.data.global_batch_size, c.seed, self.process_index,
                             self.process_count, augment=c.data.augment)
+
+    def difficulty_buckets(self):
+        return DifficultyBuckets(self.ratings_known, self.config.eval.difficulty_buckets)
 
     def eval_batches(self):
         c = self.config

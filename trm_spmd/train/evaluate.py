@@ -5,15 +5,16 @@ halt at the last step, so a fixed count gives the same answer without a sync. Me
 stay on the device across batches and are read once at the end.
 """
 
+import io
+
 import numpy as np
 import torch
 
 from trm_spmd import fs
+from trm_spmd.batch import BATCH_KEYS, IGNORE_LABEL
 from trm_spmd.model.act import initial_carry
-from trm_spmd.model.losses import IGNORE_LABEL_ID, loss_and_metrics, predictions
-
-EVAL_SUMS = ('count', 'accuracy', 'exact_accuracy', 'q_halt_accuracy', 'steps', 'lm_loss', 'q_halt_loss')
-
+from trm_spmd.model.losses import loss_and_metrics, predictions
+from trm_spmd.train.step import make_eval_step
 
 class DifficultyBuckets:
     """Rows -> bucket ids, by tdoku rating when the data has it, else by blank count."""
@@ -43,7 +44,7 @@ def batch_sums(carry, outputs, bucket, num_buckets, cfg):
     """Metric sums of one finished eval batch, plus exact accuracy per difficulty bucket."""
     _, metrics = loss_and_metrics(carry, outputs, cfg)
     labels = carry['labels']
-    mask = labels != IGNORE_LABEL_ID
+    mask = labels != IGNORE_LABEL
     correct = ((predictions(outputs['logits']) == labels) | ~mask).all(-1)
     valid = mask.any(-1)
     onehot = torch.nn.functional.one_hot(bucket.long(), num_buckets).float()
@@ -53,18 +54,20 @@ def batch_sums(carry, outputs, bucket, num_buckets, cfg):
 
 
 class Evaluator:
-    def __init__(self, model, ema, cfg, config, runtime, eval_batches, buckets, workdir):
-        self.model, self.ema, self.cfg, self.config = model, ema, cfg, config
+    """Runs every test batch with the EMA weights (when the run keeps them); `run(step)`
+    returns {'eval/...': float} and writes per-puzzle outputs when config.eval.save_outputs."""
+
+    def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir):
+        self.model, self.ema, self.cfg, self.config = trainer.model, trainer.ema, trainer.cfg, config
         self.runtime = runtime
         self.batches = eval_batches
         self.buckets = buckets
         self.workdir = workdir
         self.global_batch = config.eval.global_batch_size
-        from trm_spmd.train.step import EvalStep
-        self.step_fn = runtime.compile(EvalStep(model, cfg), 'eval_step', config.xla.max_different_graphs)
+        self.step_fn = runtime.compile(make_eval_step(self.model), 'eval_step', config.xla.max_different_graphs)
         num_buckets = len(buckets.edges)
         self.sums_fn = runtime.compile(
-            lambda carry, outputs, bucket: batch_sums(carry, outputs, bucket, num_buckets, cfg), 'eval_sums')
+            lambda carry, outputs, bucket: batch_sums(carry, outputs, bucket, num_buckets, self.cfg), 'eval_sums')
         self._initial = None
 
     def _initial_carry(self):
@@ -75,7 +78,6 @@ class Evaluator:
         return self._initial
 
     def run(self, step):
-        """Evaluates every test batch; returns {'eval/...': float} and writes outputs if asked."""
         swap = self.ema is not None
         if swap:
             self.ema.swap_into()
@@ -84,8 +86,7 @@ class Evaluator:
             totals, outputs_kept = None, []
             for host_batch in self.batches:
                 bucket = self.buckets.ids(host_batch)
-                batch = self.runtime.put_batch({k: host_batch[k] for k in ('inputs', 'labels', 'puzzle_identifiers')}
-                                               | {'bucket': bucket})
+                batch = self.runtime.put_batch({k: host_batch[k] for k in BATCH_KEYS} | {'bucket': bucket})
                 carry = self._initial_carry()
                 for _ in range(self.cfg.halt_max_steps):
                     carry, outputs = self.step_fn(carry, batch)
@@ -112,22 +113,9 @@ class Evaluator:
                 'predictions': logits.argmax(-1).astype(np.int8)}
 
     def _save_outputs(self, step, parts):
-        import io
-        merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         buffer = io.BytesIO()
-        np.savez(buffer, **merged)
-        path = fs.join(self.workdir, 'eval', f'outputs_{step}.npz')
-        fs.makedirs(fs.join(self.workdir, 'eval'))
-        if fs.is_remote(path):
-            import fsspec
-            with fsspec.open(path, 'wb') as f:
-                f.write(buffer.getvalue())
-        else:
-            tmp = path + '.tmp'
-            with open(tmp, 'wb') as f:
-                f.write(buffer.getvalue())
-            import os
-            os.replace(tmp, path)
+        np.savez(buffer, **{k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+        fs.write_bytes(fs.join(self.workdir, 'eval', f'outputs_{step}.npz'), buffer.getvalue())
 
     def _summarize(self, host):
         count = max(float(host['count']), 1.0)

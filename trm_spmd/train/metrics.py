@@ -1,15 +1,15 @@
-"""Metrics out of a run: metrics.jsonl, TensorBoard scalars, and a console progress line.
+"""Metrics out of a run: the training scalars of a log window, metrics.jsonl and TensorBoard.
 
-Only host 0 writes. Values arrive already on the host (read in a step closure, one step
-late), so nothing here touches a device.
+Only host 0 writes. Values arrive already on the host, so nothing here touches a device.
 """
 
 import json
-import math
 import sys
 import time
 
 from trm_spmd import fs
+from trm_spmd.progress import Progress
+from trm_spmd.train.schedule import stage_at
 
 
 class MetricWriter:
@@ -75,36 +75,76 @@ def _plain(value):
     return value
 
 
-def format_duration(seconds):
-    if seconds is None or not math.isfinite(seconds):
-        return '?'
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'
+def train_scalars(window, global_batch):
+    """The `train/*` scalars of a log window: `window` holds one dict of floats per step
+    (the metrics of train_step). Per-row metrics are averaged over the rows that halted in
+    the window, losses over every row of every step; lr and exploration are the last step's."""
+    total = {k: sum(m[k] for m in window) for k in window[0]}
+    count, rows = max(total['count'], 1.0), global_batch * len(window)
+    scalars = {f'train/{k}': total[k] / count for k in ('accuracy', 'exact_accuracy', 'q_halt_accuracy', 'steps')}
+    scalars.update({f'train/{k}': total[k] / rows for k in ('loss', 'lm_loss', 'q_halt_loss', 'q_continue_loss')
+                    if k in total})
+    scalars.update({'train/halted_rows': total['count'] / len(window), 'train/lr': window[-1]['lr'],
+                    'train/exploration_prob': window[-1]['exploration_prob'],
+                    'train/nonfinite_steps': total['nonfinite']})
+    return scalars
 
 
-class Progress:
-    """The console line: step, rate, ETA and the key metrics."""
+def read_metrics(runtime, pending):
+    """The per-step metric dicts of `pending` as host floats, read in one transfer."""
+    keys = list(pending[0])
+    values = runtime.read_scalars([m[k] for m in pending for k in keys])
+    return [dict(zip(keys, values[i * len(keys):(i + 1) * len(keys)])) for i in range(len(pending))]
 
-    def __init__(self, total_steps, enabled=True, stream=None):
-        self.total = total_steps
-        self.enabled = enabled
-        self.stream = stream or sys.stdout
-        self.start = time.time()
 
-    def line(self, step, steps_per_s, scalars):
-        remaining = (self.total - step) / steps_per_s if steps_per_s > 0 else None
-        parts = [f'step {step}/{self.total}', f'{steps_per_s:.2f} steps/s',
-                 f'elapsed {format_duration(time.time() - self.start)}', f'eta {format_duration(remaining)}']
-        for key, label in (('train/loss', 'loss'), ('train/accuracy', 'acc'),
-                           ('train/exact_accuracy', 'exact'), ('train/steps', 'act'),
-                           ('train/lr', 'lr'), ('eval/exact_accuracy', 'eval_exact')):
-            if key in scalars:
-                value = scalars[key]
-                parts.append(f'{label} {value:.3g}' if key != 'train/lr' else f'{label} {value:.2e}')
-        return ' | '.join(parts)
+class TrainLog:
+    """The scalars of a log window (train_scalars, speed, progress, compiler counters):
+    written to metrics.jsonl/TensorBoard, and the console's progress line."""
 
-    def show(self, step, steps_per_s, scalars):
-        if self.enabled:
-            print(self.line(step, steps_per_s, scalars), file=self.stream, flush=True)
+    def __init__(self, writer, runtime, global_batch, total_steps, num_groups, flops_per_example, stages):
+        self.writer, self.runtime = writer, runtime
+        self.global_batch, self.num_groups, self.flops_per_example = global_batch, num_groups, flops_per_example
+        self.stages = stages
+        self.progress = Progress('step', total_steps, enabled=runtime.is_main_host, stream=sys.stdout,
+                                 unit='steps', throttle=False)
+        self.last = None
+
+    def start(self, step):
+        """Marks where timing starts; prints the curriculum's stages when there are several."""
+        self.last = (step, time.time())
+        if len(self.stages) > 1 and self.runtime.is_main_host:
+            print('curriculum recursion: ' + ', '.join(f'from step {s}: H_cycles={h} L_cycles={l}'
+                                                       for s, h, l in self.stages)
+                  + f' ({len(self.stages)} compiled train graphs, one per stage)', flush=True)
+
+    def write(self, step, window):
+        """Scalars of the steps in `window` (host dicts, one per step), ending at `step`."""
+        now = time.time()
+        first, then = self.last
+        self.last = (step, now)
+        steps_per_s = (step - first) / max(now - then, 1e-9)
+        H, L = stage_at(self.stages, step - 1)
+        examples = steps_per_s * self.global_batch
+        scalars = train_scalars(window, self.global_batch)
+        scalars.update({
+            'train/H_cycles': H, 'train/L_cycles': L,
+            'perf/step_ms': 1000.0 / steps_per_s if steps_per_s > 0 else float('nan'),
+            'perf/examples_per_s': examples,
+            'perf/tflops_per_s': examples * self.flops_per_example / 1e12,
+            'progress/examples': step * self.global_batch,
+            'progress/epoch': step * self.global_batch / self.num_groups,
+            'progress/pflop': step * self.global_batch * self.flops_per_example / 1e15,
+            **{f'xla/{k}': v for k, v in self.runtime.counters().items()},
+        })
+        self.writer.write(step, scalars)
+        self.progress.update(step, steps_per_s, [f'{label} {scalars[key]:.3g}' for key, label in _PROGRESS])
+        return scalars
+
+    def print_eval(self, step, metrics):
+        if self.runtime.is_main_host:
+            print(f'eval at step {step}: exact accuracy {metrics["eval/exact_accuracy"]:.4f}, '
+                  f'token accuracy {metrics["eval/accuracy"]:.4f}', flush=True)
+
+
+_PROGRESS = (('train/loss', 'loss'), ('train/accuracy', 'acc'), ('train/exact_accuracy', 'exact'),
+             ('train/steps', 'act'), ('train/lr', 'lr'))

@@ -1,5 +1,5 @@
-"""What a training run (or a benchmark of one) is made of: model, optimizers, EMA, the
-compiled step, and the device state it starts from."""
+"""What a run (or a benchmark of one) trains: the model, its optimizers and EMA, the
+compiled train steps, and the device state the first step starts from."""
 
 import dataclasses
 
@@ -9,22 +9,33 @@ from trm_spmd.model.act import initial_carry
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.trm import TRM
 from trm_spmd.optim import EMA, build_optimizers
-from trm_spmd.train.step import TRAIN_STATE, TRAIN_SUMS, TrainStep, zero_sums
+from trm_spmd.train.schedule import curriculum_stages
+from trm_spmd.train.step import TrainState, make_train_step
 
 
 @dataclasses.dataclass
 class Trainer:
     cfg: TRMConfig
     model: TRM
-    optimizers: tuple
-    ema: object
-    step_fn: object
+    optimizers: tuple      # (main optimizer, SignSGD of the puzzle embedding or None)
+    ema: EMA | None
+
+    def persistent_tensors(self):
+        """Every device tensor the steps read or update in place, besides a TrainState."""
+        tensors = [p.data for p in self.model.parameters()] + list(self.model.buffers())
+        for opt in self.optimizers:
+            if opt is not None:
+                for state in opt.state.values():
+                    tensors.extend(v for v in state.values() if torch.is_tensor(v))
+        if self.ema is not None:
+            tensors += self.ema.shadow
+        return tensors
 
 
-def build_trainer(config, runtime, total_steps, vocab_size=11, seq_len=81, num_puzzle_identifiers=1):
-    """Model initialised on the CPU from config.seed (the same weights on every backend and
-    mesh), moved to the device; optimizer state created now, not inside the first traced
-    step; the train step compiled (once per curriculum stage)."""
+def build_trainer(config, runtime, vocab_size=11, seq_len=81, num_puzzle_identifiers=1):
+    """The model initialised on the CPU from config.seed (the same weights on every backend
+    and mesh) and moved to the device; optimizer state created now, not inside the first
+    traced step."""
     cfg = TRMConfig.from_config(config, vocab_size=vocab_size, seq_len=seq_len,
                                 num_puzzle_identifiers=num_puzzle_identifiers)
     torch.manual_seed(config.seed)
@@ -34,36 +45,33 @@ def build_trainer(config, runtime, total_steps, vocab_size=11, seq_len=81, num_p
     model.to(runtime.device)
     optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
-    step = TrainStep(model, optimizers, ema, cfg, config, runtime, total_steps)
-    step_fn = runtime.compile(step, 'train_step', config.xla.max_different_graphs)
-    return Trainer(cfg, model, optimizers, ema, step_fn)
+    return Trainer(cfg, model, optimizers, ema)
 
 
-def device_state(trainer, runtime, batch_size):
-    """(carry, zero sums) on the device, everything settled (see settle)."""
-    device = runtime.device
-    carry = initial_carry(trainer.model, runtime.local_rows(batch_size), device)
+def compile_train_steps(trainer, config, runtime, total_steps):
+    """{(H_cycles, L_cycles): compiled train_step}, one per distinct curriculum stage."""
+    steps = {}
+    for _, H, L in curriculum_stages(config, total_steps):
+        if (H, L) not in steps:
+            fn = make_train_step(trainer, config, runtime, total_steps, H, L)
+            steps[H, L] = runtime.compile(fn, 'train_step', config.xla.max_different_graphs)
+    return steps
+
+
+def initial_state(trainer, runtime, global_batch, step=0):
+    """The TrainState of a fresh run at `step` (all rows halted: the first step loads a whole
+    batch), with everything settled (see settle)."""
+    carry = initial_carry(trainer.model, runtime.local_rows(global_batch), runtime.device)
     carry = {k: runtime.shard_along_data(v) for k, v in carry.items()}
-    zero = zero_sums(TRAIN_SUMS + TRAIN_STATE, device)
-    settle(trainer, runtime, zero.values())
-    return carry, zero
+    state = TrainState(carry, runtime.replicate(torch.tensor(step, dtype=torch.int64).to(runtime.device)))
+    settle(trainer, runtime)
+    return state
 
 
-def settle(trainer, runtime, extra=()):
-    """Marks every persistent tensor as a step's outputs are (replicated) and materializes
+def settle(trainer, runtime):
+    """Marks every persistent tensor replicated, as a step's outputs are, and materializes
     pending writes (initialisation, a restored checkpoint), so the first step traces the
     same graph as every later one."""
-    tensors = [p.data for p in trainer.model.parameters()] + list(trainer.model.buffers()) + list(extra)
-    for opt in trainer.optimizers:
-        if opt is not None:
-            for state in opt.state.values():
-                tensors.extend(v for v in state.values() if torch.is_tensor(v))
-    if trainer.ema is not None:
-        tensors += trainer.ema.shadow
-    for tensor in tensors:
+    for tensor in trainer.persistent_tensors():
         runtime.replicate(tensor)
     runtime.sync()
-
-
-def step_tensor(runtime, step):
-    return runtime.replicate(torch.tensor(step, dtype=torch.int64).to(runtime.device))

@@ -1,29 +1,29 @@
-"""The pure train and eval steps, traced once and compiled.
+"""The train and eval steps, each traced once and compiled.
 
-Everything that changes from step to step enters as a tensor (the step counter, from
-which the learning rate and the exploration probability are computed in the graph), so
-the compiled graph is reused every step. Python values that select a graph (the cycle
-counts of a curriculum stage, training vs eval) are fixed per graph.
+`train_step(state, batch) -> (state, metrics)` runs one ACT step for every row of the batch
+and one optimizer update. As in any torch training step, the model's parameters, the
+optimizer states and the EMA are updated in place (they are the modules' tensors); all
+else the step reads or changes is in the TrainState it takes and returns. It reads no
+value back to the host and branches on no data, and everything that changes from step to
+step (the learning rate, the exploration probability, the random draws) is computed in the
+graph from the step counter, so every call runs the same compiled graph. The cycle counts
+(H_cycles, L_cycles) are Python ints fixed per compiled step: a curriculum stage is a graph.
 """
+
+from typing import NamedTuple
 
 import torch
 
-from trm_spmd.model.act import act_step
+from trm_spmd.model.act import act_step, exploration_prob_at
 from trm_spmd.model.losses import loss_and_metrics
 from trm_spmd.model.rng import counter_uniforms
 from trm_spmd.optim import set_lr
 from trm_spmd.optim.schedule import learning_rate
 
-# Sums returned by loss_and_metrics, plus what the step adds; all reduce by addition.
-TRAIN_SUMS = ('count', 'accuracy', 'exact_accuracy', 'q_halt_accuracy', 'steps',
-              'lm_loss', 'q_halt_loss', 'q_continue_loss', 'loss', 'rows', 'nonfinite', 'updates')
-# Carried through the step but not sums of the log window: the last lr and exploration
-# probability, and the count of non-finite steps since the start (never reset).
-TRAIN_STATE = ('lr_last', 'exploration_last', 'nonfinite_total')
 
-
-def zero_sums(names, device):
-    return {k: torch.zeros((), dtype=torch.float32, device=device) for k in names}
+class TrainState(NamedTuple):
+    carry: dict            # the ACT carry of every row (model/act.py), sharded along `data`
+    step: torch.Tensor     # 0-d int64: optimizer updates done
 
 
 def _micro_batches(tree, accum):
@@ -43,111 +43,84 @@ def _join_micro(parts):
     return {k: torch.stack([p[k] for p in parts], dim=1).flatten(0, 1) for k in parts[0]}
 
 
-class TrainStep:
-    """(carry, batch, step, sums) -> (carry, step + 1, sums): one ACT step, one optimizer update.
+def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
+    """train_step(state, batch) -> (state, metrics) for one curriculum stage (uncompiled).
 
-    `step` is a 0-d int64 device tensor (the number of updates done so far); `sums` the
-    running metric sums of the current log window (reset by the caller after reading).
+    metrics: 0-d float32 tensors of this step: the sums of loss_and_metrics over the
+    global batch (count, accuracy, exact_accuracy, ... loss), plus lr, exploration_prob and
+    nonfinite (1.0 when the loss was not finite).
     """
+    model, ema, cfg = trainer.model, trainer.ema, trainer.cfg
+    main_optimizer, puzzle_optimizer = trainer.optimizers
+    optimizers = [o for o in trainer.optimizers if o is not None]
+    o, a = config.optim, config.act
+    global_batch, accum = config.data.global_batch_size, o.grad_accum_steps
+    skip_nonfinite = config.train.nan_policy == 'skip'
+    # Drawn for the global batch, then this process's rows: the same numbers for every row
+    # whatever the backend and process count.
+    rows = slice(0, global_batch) if runtime.global_view else slice(*runtime.host_slice(global_batch))
 
-    def __init__(self, model, optimizers, ema, cfg, config, runtime, total_steps):
-        self.model = model
-        self.optimizers = [o for o in optimizers if o is not None]
-        self.main_optimizer = optimizers[0]
-        self.puzzle_optimizer = optimizers[1] if len(optimizers) > 1 else None
-        self.ema = ema
-        self.cfg = cfg
-        self.config = config
-        self.runtime = runtime
-        self.total_steps = total_steps
-        self.global_batch = config.data.global_batch_size
-        self.accum = config.optim.grad_accum_steps
-
-    def _schedules(self, step):
-        o, a = self.config.optim, self.config.act
-        done = step.to(torch.float32) + 1.0   # the reference's counter starts at 1
-        lr = learning_rate(done, o.lr, o.warmup_steps, self.total_steps, o.lr_min_ratio)
-        puzzle_lr = learning_rate(done, o.puzzle_emb_lr, o.warmup_steps, self.total_steps, o.lr_min_ratio)
-        frac = torch.clamp(step.to(torch.float32) / max(self.total_steps, 1), 0.0, 1.0)
-        explore = a.exploration_prob + (a.exploration_prob_final - a.exploration_prob) * frac
-        return lr, puzzle_lr, explore
-
-    def __call__(self, carry, batch, step, sums, H_cycles=None, L_cycles=None):
-        lr, puzzle_lr, explore = self._schedules(step)
-        # Drawn for the global batch, then this process's rows: the same numbers for every
-        # row whatever the backend and process count.
-        start, stop = (0, self.global_batch) if self.runtime.global_view else self.runtime.host_slice(self.global_batch)
-        uniforms = counter_uniforms(self.config.seed, step, self.global_batch, 2, batch['inputs'].device)[start:stop]
-
-        carry_parts = _micro_batches(carry, self.accum)
-        batch_parts = _micro_batches(dict(batch, uniforms=uniforms), self.accum)
-        new_parts, step_sums = [], None
-        for carry_i, batch_i in zip(carry_parts, batch_parts):
-            u = batch_i.pop('uniforms')
-            new_carry, outputs = act_step(self.model, carry_i, batch_i, training=True,
-                                          exploration_prob=explore, uniforms=u,
-                                          H_cycles=H_cycles, L_cycles=L_cycles)
-            loss, metrics = loss_and_metrics(new_carry, outputs, self.cfg)
-            (loss / self.global_batch).backward()
-            metrics = dict(metrics, loss=loss.detach().float())
-            step_sums = metrics if step_sums is None else {k: step_sums[k] + v for k, v in metrics.items()}
-            new_parts.append(new_carry)
-        new_carry = _join_micro(new_parts)
-
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        self.runtime.all_reduce_sum_([p.grad for p in params] + list(step_sums.values()))
-        finite = torch.isfinite(step_sums['loss'])
-        self._update(lr, puzzle_lr, finite)
-
-        step_sums['rows'] = torch.full((), float(self.global_batch), device=step.device)
-        step_sums['nonfinite'] = (~finite).float()
-        step_sums['updates'] = torch.ones((), device=step.device)
-        new_sums = {k: sums[k] + step_sums[k].float() for k in TRAIN_SUMS if k in step_sums}
-        new_sums.update({k: sums[k] for k in TRAIN_SUMS if k not in step_sums})
-        new_sums['nonfinite_total'] = sums['nonfinite_total'] + step_sums['nonfinite']
-        new_sums['lr_last'] = lr.float()
-        new_sums['exploration_last'] = torch.as_tensor(explore, dtype=torch.float32, device=step.device)
-        return new_carry, step + 1, new_sums
-
-    def _update(self, lr, puzzle_lr, finite):
-        grad_clip = self.config.optim.grad_clip
-        main_params = [p for g in self.main_optimizer.param_groups for p in g['params']]
-        if grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(main_params, grad_clip, foreach=True)
-        skip = self.config.train.nan_policy == 'skip'
-        if skip:
-            before = [t.detach().clone() for t in self._update_state()]
-        set_lr(self.main_optimizer, lr)
-        if self.puzzle_optimizer is not None:
-            set_lr(self.puzzle_optimizer, puzzle_lr)
-        for opt in self.optimizers:
-            opt.step()
-        if skip:
-            # A non-finite step leaves every parameter and optimizer state as it was.
-            for t, old in zip(self._update_state(), before):
-                t.copy_(torch.where(finite, t, old))
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=True)   # grads created in-graph each step: one graph for all steps
-        if self.ema is not None:
-            self.ema.update()
-
-    def _update_state(self):
-        tensors = [p.data for p in self.model.parameters()]
-        for opt in self.optimizers:
+    def update_state():
+        tensors = [p.data for p in model.parameters()]
+        for opt in optimizers:
             for state in opt.state.values():
                 tensors.extend(v for v in state.values() if torch.is_tensor(v))
         return tensors
 
+    def update(lr, puzzle_lr, finite):
+        if o.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.main_parameters(), o.grad_clip, foreach=True)
+        if skip_nonfinite:
+            before = [t.detach().clone() for t in update_state()]
+        set_lr(main_optimizer, lr)
+        if puzzle_optimizer is not None:
+            set_lr(puzzle_optimizer, puzzle_lr)
+        for opt in optimizers:
+            opt.step()
+        if skip_nonfinite:
+            # A non-finite step leaves every parameter and optimizer state as it was.
+            for t, old in zip(update_state(), before):
+                t.copy_(torch.where(finite, t, old))
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)   # grads created in-graph each step: one graph for all steps
+        if ema is not None:
+            ema.update()
 
-class EvalStep:
-    """One ACT step in eval mode; the evaluation runs it exactly halt_max_steps times."""
+    def train_step(state, batch):
+        done = state.step.to(torch.float32) + 1.0   # the reference's schedule counts from 1
+        lr = learning_rate(done, o.lr, o.warmup_steps, total_steps, o.lr_min_ratio)
+        puzzle_lr = learning_rate(done, o.puzzle_emb_lr, o.warmup_steps, total_steps, o.lr_min_ratio)
+        explore = exploration_prob_at(state.step, a.exploration_prob, a.exploration_prob_final, total_steps)
+        uniforms = counter_uniforms(config.seed, state.step, global_batch, 2, batch['inputs'].device)[rows]
 
-    def __init__(self, model, cfg):
-        self.model = model
-        self.cfg = cfg
+        carries, sums = [], None
+        for carry, part in zip(_micro_batches(state.carry, accum),
+                               _micro_batches(dict(batch, uniforms=uniforms), accum)):
+            u = part.pop('uniforms')
+            carry, outputs = act_step(model, carry, part, training=True, exploration_prob=explore, uniforms=u,
+                                      H_cycles=H_cycles, L_cycles=L_cycles)
+            loss, metrics = loss_and_metrics(carry, outputs, cfg)
+            (loss / global_batch).backward()
+            metrics['loss'] = loss.detach().float()
+            sums = metrics if sums is None else {k: sums[k] + v for k, v in metrics.items()}
+            carries.append(carry)
 
-    def __call__(self, carry, batch):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        runtime.all_reduce_sum_(grads + list(sums.values()))
+        finite = torch.isfinite(sums['loss'])
+        update(lr, puzzle_lr, finite)
+        metrics = {k: v.float() for k, v in sums.items()}
+        metrics.update(lr=lr.float(), exploration_prob=explore.float(), nonfinite=(~finite).float())
+        return TrainState(_join_micro(carries), state.step + 1), metrics
+
+    return train_step
+
+
+def make_eval_step(model):
+    """eval_step(carry, batch) -> (carry, outputs): one ACT step in eval mode, no gradients."""
+
+    def eval_step(carry, batch):
         with torch.no_grad():
-            new_carry, outputs = act_step(self.model, carry, batch, training=False,
-                                          exploration_prob=0.0, uniforms=None)
-        return new_carry, outputs
+            return act_step(model, carry, batch, training=False)
+
+    return eval_step

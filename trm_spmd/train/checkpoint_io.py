@@ -3,7 +3,8 @@
 The tree holds numpy arrays: model parameters and buffers, both optimizers' states, the EMA
 shadow, and the ACT carry (every row's z_H/z_L, step count and current puzzle, so a resumed
 run continues each puzzle where it was). `meta` holds the step and the data position.
-Randomness needs no state: exploration draws and data order are functions of (seed, step).
+Randomness needs no state: exploration draws and data order are functions of (seed, step),
+so the step is the whole position of a run.
 """
 
 import os
@@ -16,6 +17,7 @@ from trm_spmd.checkpoint import to_numpy_tree
 from trm_spmd.errors import UserError
 
 FORMAT = 1
+_RESUME_HINT = 'resume with the config the run was started with'
 
 
 def _optimizer_state(optimizer):
@@ -30,24 +32,25 @@ def _load_optimizer_state(optimizer, tree, name):
     tree = tree or {}   # an optimizer without state (SignSGD) saves an empty tree
     if sorted(tree) != sorted(stateful):
         raise UserError(f'checkpoint optimizer {name!r} holds state for {len(tree)} parameters, this run '
-                        f'{len(stateful)}: resume with the config the run was started with')
+                        f'{len(stateful)}: {_RESUME_HINT}')
     for i in stateful:
         for key, value in tree[i].items():
             optimizer.state[params[int(i)]][key].copy_(torch.from_numpy(np.asarray(value)))
 
 
-def training_state(step, model, optimizers, ema, loader, carry, runtime):
-    main, puzzle = optimizers
+def checkpoint_tree(trainer, state, step, data_position, runtime):
+    """(tree, meta) of a training run after `step` updates; state is its TrainState."""
+    main, puzzle = trainer.optimizers
     tree = {
-        'model': model.state_dict(),
+        'model': trainer.model.state_dict(),
         'optim': {'main': _optimizer_state(main)},
-        'carry': {k: runtime.to_host(v) for k, v in carry.items()},
+        'carry': {k: runtime.to_host(v) for k, v in state.carry.items()},
     }
     if puzzle is not None:
         tree['optim']['puzzle'] = _optimizer_state(puzzle)
-    if ema is not None:
-        tree['ema'] = ema.state_dict()['shadow']
-    meta = {'format': FORMAT, 'step': int(step), 'loader': loader.state_dict()}
+    if trainer.ema is not None:
+        tree['ema'] = trainer.ema.state_dict()['shadow']
+    meta = {'format': FORMAT, 'step': int(step), 'loader': data_position}
     return to_numpy_tree(tree), meta
 
 
@@ -56,47 +59,47 @@ def _load_model(model, tree):
     own = model.state_dict()
     for key, value in tree.items():
         if key not in own:
-            raise UserError(f'checkpoint holds {key!r}, which this model does not have: '
-                            f'resume with the config the run was started with')
+            raise UserError(f'checkpoint holds {key!r}, which this model does not have: {_RESUME_HINT}')
         value = np.asarray(value)
         if tuple(value.shape) != tuple(own[key].shape):
             raise UserError(f'checkpoint {key!r} has shape {tuple(value.shape)}, the model '
-                            f'{tuple(own[key].shape)}: resume with the config the run was started with')
+                            f'{tuple(own[key].shape)}: {_RESUME_HINT}')
         own[key].copy_(torch.from_numpy(value).to(own[key].dtype))
 
 
-def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, runtime):
-    """Loads checkpoint `step` into the live objects; returns the restored carry."""
-    tree, meta = checkpointer.restore(step)
-    _load_model(model, tree['model'])
-    main, puzzle = optimizers
+def _load_ema(ema, shadow):
+    ema.load_state_dict({'decay': ema.decay, 'shadow': {k: torch.as_tensor(np.asarray(v)) for k, v in shadow.items()}})
+
+
+def restore_state(trainer, tree, state, runtime):
+    """Loads a checkpoint tree into the trainer's live tensors; returns `state` (a fresh
+    TrainState of the same shapes) with the checkpoint's carry and `step`."""
+    _load_model(trainer.model, tree['model'])
+    main, puzzle = trainer.optimizers
     _load_optimizer_state(main, tree['optim']['main'], 'main')
     if puzzle is not None:
         _load_optimizer_state(puzzle, tree['optim'].get('puzzle'), 'puzzle')
-    if ema is not None and 'ema' in tree:
-        ema.load_state_dict({'decay': ema.decay, 'shadow': {k: torch.from_numpy(np.asarray(v))
-                                                             for k, v in tree['ema'].items()}})
-    loader.load_state_dict(meta['loader'])
+    if trainer.ema is not None and 'ema' in tree:
+        _load_ema(trainer.ema, tree['ema'])
     start, stop = runtime.host_slice(np.asarray(tree['carry']['halted']).shape[0])
-    host = {k: np.asarray(tree['carry'][k])[start:stop] for k in carry}
-    placed = runtime.put_batch(host)
-    return {k: placed[k].to(carry[k].dtype) for k in carry}
+    placed = runtime.put_batch({k: np.asarray(tree['carry'][k])[start:stop] for k in state.carry})
+    return state._replace(carry={k: placed[k].to(v.dtype) for k, v in state.carry.items()})
 
 
-def initialize_from(source, model, ema, checkpointer, cfg):
+def initialize_from(source, trainer, checkpointer):
     """Weights (and EMA) from 'official:PATH', a trm_spmd workdir, or a checkpoint step dir."""
+    model, ema = trainer.model, trainer.ema
     if source.startswith('official:'):
         from trm_spmd.model.official import load_official
         path = source[len('official:'):]
         if not os.path.exists(path):
             raise UserError(f'official checkpoint not found: {path}')
-        state = load_official(path, cfg)
+        state = load_official(path, trainer.cfg)
         _load_model(model, {k: v.float().numpy() if v.dtype == torch.bfloat16 else v.numpy()
                             for k, v in state.items()})
         if ema is not None:
             # An official checkpoint already holds the averaged weights.
-            ema.load_state_dict({'decay': ema.decay, 'shadow': {n: p.detach().cpu()
-                                                                 for n, p in model.named_main_parameters()}})
+            _load_ema(ema, {n: p.detach().cpu() for n, p in model.named_main_parameters()})
         return
     directory = fs.join(source, 'checkpoints') if fs.exists(fs.join(source, 'checkpoints')) else source
     try:
@@ -106,6 +109,5 @@ def initialize_from(source, model, ema, checkpointer, cfg):
                         f'a checkpoints directory, or official:PATH') from None
     _load_model(model, tree['model'])
     if ema is not None:
-        shadow = tree.get('ema') or {n: p.detach().cpu().numpy() for n, p in model.named_main_parameters()}
-        ema.load_state_dict({'decay': ema.decay, 'shadow': {k: torch.from_numpy(np.asarray(v))
-                                                             for k, v in shadow.items()}})
+        _load_ema(ema, tree.get('ema') or {n: p.detach().cpu().numpy() for n, p in model.named_main_parameters()})
+

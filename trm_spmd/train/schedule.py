@@ -1,0 +1,28 @@
+"""When things happen in a run: its length, the eval cadence, curriculum stages, itstime."""
+
+
+def schedule_steps(config, num_groups, global_batch=None):
+    """(total_steps, eval_every): the reference counts both in epochs over the training groups.
+    global_batch defaults to the config's (a projection asks about other batches)."""
+    t, batch = config.train, global_batch or config.data.global_batch_size
+    total = max(t.total_steps if t.total_steps > 0 else int(t.epochs * num_groups / batch), 1)
+    every = t.eval_every_steps if t.eval_every_steps > 0 else int(t.eval_every_epochs * num_groups / batch)
+    return total, min(max(every, 1), total)
+
+
+def curriculum_stages(config, total_steps):
+    """[(first_step, H_cycles, L_cycles)], one compiled graph each. Without curriculum, one stage."""
+    cu, m = config.curriculum, config.model
+    if not cu.enabled:
+        return [(0, m.H_cycles, m.L_cycles)]
+    return [(int(f * total_steps), h, l) for f, h, l in zip(cu.start_fractions, cu.H_cycles, cu.L_cycles)]
+
+
+def stage_at(stages, step):
+    """(H_cycles, L_cycles) of the stage that trains step `step` (0-based)."""
+    return next((h, l) for first, h, l in reversed(stages) if step >= first)
+
+
+def itstime(step, every, total_steps):
+    """True at every `every`-th step and at the last one (steps count from 1)."""
+    return step == total_steps or (every > 0 and step % every == 0)
