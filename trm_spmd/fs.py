@@ -4,8 +4,11 @@ Small JSON files are written whole and atomically: a local temp file renamed int
 or one object upload (objects on a bucket appear all at once).
 """
 
+import glob as globlib
 import os
 import tempfile
+
+from trm_spmd import errors
 
 
 _UMASK = os.umask(0)
@@ -23,9 +26,9 @@ def join(*parts):
 def _fs(path):
     try:
         import fsspec
-    except ImportError:
-        raise RuntimeError(f'{path}: bucket paths need fsspec and gcsfs (pip install -e ".[gcs]")') from None
-    return fsspec.core.url_to_fs(path)[0]
+        return fsspec.core.url_to_fs(path)[0]
+    except ImportError:   # fsspec itself, or its implementation of the protocol (gcsfs for gs://)
+        raise errors.UserError(f'{path}: bucket paths need fsspec and gcsfs (pip install -e ".[gcs]")') from None
 
 
 def exists(path):
@@ -49,16 +52,21 @@ def read_text(path):
 
 def write_text(path, text):
     """Replaces the file at `path` with `text`, never leaving a partly written file."""
+    write_bytes(path, text.encode('utf-8'))
+
+
+def write_bytes(path, data):
+    """Replaces the file at `path` with `data`, never leaving a partly written file."""
     if is_remote(path):
-        with _fs(path).open(path, 'w') as f:
-            f.write(text)
+        with _fs(path).open(path, 'wb') as f:
+            f.write(data)
         return
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
     try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text)
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)   # mkstemp makes it private; a run's files are not
@@ -67,3 +75,52 @@ def write_text(path, text):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# ---- reading and listing trees, for tools that read many runs (trm_spmd.analysis) --------
+# Local paths go through os and glob as before; bucket paths through fsspec. fsspec names
+# the paths it returns without their protocol, so it is put back: what these functions
+# return can be passed to them again.
+
+
+def read_bytes(path):
+    if is_remote(path):
+        with _fs(path).open(path, 'rb') as f:
+            return f.read()
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def isdir(path):
+    return _fs(path).isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path):
+    return _fs(path).isfile(path) if is_remote(path) else os.path.isfile(path)
+
+
+def getmtime(path):
+    """Unix time of the file's last change; OSError (FileNotFoundError) when it is missing."""
+    if is_remote(path):
+        return _fs(path).modified(path).timestamp()
+    return os.path.getmtime(path)
+
+
+def glob(pattern):
+    """The paths matching `pattern`, sorted; `**` matches any number of directories."""
+    if is_remote(pattern):
+        filesystem = _fs(pattern)
+        return sorted(filesystem.unstrip_protocol(p) for p in filesystem.glob(pattern))
+    return sorted(globlib.glob(pattern, recursive=True))
+
+
+def walk(top):
+    """os.walk(top), top-down, for local or bucket paths: (directory, subdirectory names,
+    file names). Removing names from the subdirectory list in place prunes the walk."""
+    if not is_remote(top):
+        yield from os.walk(top)
+        return
+    filesystem = _fs(top)
+    for directory, subdirectories, files in filesystem.walk(top, topdown=True):
+        yield filesystem.unstrip_protocol(directory), subdirectories, files
+
