@@ -8,9 +8,12 @@ on every host goes through `gcloud compute tpus tpu-vm ssh NAME --worker=all`. A
   python launch/tpu.py create --accelerator_type=v4-64 --spot
   python launch/tpu.py setup --copy
   python launch/tpu.py data --build_args='--generate=5000 --blanks=30:45'
-  python launch/tpu.py run --config=configs/tn_sweep.py:t3_n6 --workdir=gs://B/study/tn_sweep/t3_n6
+  python launch/tpu.py run --config=configs/tn_sweep.py:t3_n6 --workdir=gs://B/study/tn_sweep/t3_n6 \\
+      --config.optim.lr=3e-4
   python launch/tpu.py sweep --sweep=configs/tn_sweep.py --study_root=gs://B/study --queue
   python launch/tpu.py status | logs | stop | delete
+
+run and sweep take config overrides as the trainer does (--config.KEY=VALUE) and pass them on.
 
 --name, --zone and --project default to $TRM_TPU_NAME, $TRM_TPU_ZONE and $TRM_TPU_PROJECT.
 Every subcommand takes --dry_run (print the commands, shell-quoted, one per line; run nothing)
@@ -20,6 +23,7 @@ workers, which run everything from ~/trm_spmd.
 
 import argparse
 import dataclasses
+import difflib
 import os
 import re
 import shlex
@@ -30,7 +34,7 @@ import tarfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REMOTE_REPO = '~/trm_spmd'      # the checkout on every worker; remote commands run from it
 REMOTE_LOGS = '~/trm_logs'      # per-host logs, one file per run
-REMOTE_QUEUES = '~/trm_queue'   # sweep queues, their runner scripts and runner logs
+REMOTE_QUEUES = '~/trm_queue'   # sweep queues, the queue runner and its progress logs
 # Relative to ~/trm_spmd, the trainer's working directory; the configs' data.path.
 DEFAULT_DATA = 'data/sudoku-extreme-1k-aug-1000'
 STAGING = os.path.join('~', '.cache', 'trm_spmd', 'launch')  # local files before they are copied
@@ -55,58 +59,11 @@ GCS_PACKAGES = ('{ "$PY" -c "import gcsfs, google.cloud.storage" 2>/dev/null || 
 # the trainer within seconds, is reported by `run` itself rather than found later in a log.
 START_CHECK_S = 10
 
-# The queue runner, copied to every worker next to its queue file. Each host runs the same
-# entries in the same order; finished runs are skipped, so restarting the queue after a
-# preemption or a stop resumes where it left off. It is a file (not `bash -c`) so that its
-# command line names the queue, not the trainer, and `stop` can end it before the trainer.
-QUEUE_RUNNER = r'''#!/usr/bin/env bash
-# trm_spmd sweep queue runner: bash RUNNER QUEUE_FILE
-# Each queue line is: RUN_NAME WORKDIR TRAINING_ARGS... (shell-quoted words).
-queue=$(readlink -f "$1")
-cd ~/trm_spmd || { echo "no ~/trm_spmd on $(hostname): run launch/tpu.py setup first"; exit 1; }
-mkdir -p ~/trm_logs
-PY=$(bash launch/setup.sh --tpu) || { echo "launch/setup.sh failed on $(hostname)"; exit 1; }
-
-stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
-
-has_status() {   # has_status WORKDIR STATUS: run.json, written by the trainer, says so
-    case $1 in
-        gs://*) gcloud storage cat "$1/run.json" 2>/dev/null ;;
-        *) cat "$1/run.json" 2>/dev/null ;;
-    esac | grep -q "\"status\": *\"$2\""
-}
-
-failed=()
-count=0
-while IFS= read -r line <&3; do
-    [ -n "$line" ] || continue
-    eval "set -- $line"
-    name=$1 workdir=$2
-    shift 2
-    count=$((count + 1))
-    if has_status "$workdir" done; then
-        echo "$(stamp) $name: already done, skipped"
-        continue
-    fi
-    echo "$(stamp) $name: started, log ~/trm_logs/$name.log"
-    # The loop reads the queue on fd 3 and the trainer's stdin is /dev/null: nothing the
-    # trainer does can consume queue lines.
-    PJRT_DEVICE=TPU "$PY" -m trm_spmd.main "$@" --workdir="$workdir" \
-        >>~/trm_logs/"$name".log 2>&1 </dev/null
-    rc=$?
-    if [ "$rc" = 0 ] && has_status "$workdir" preempted; then
-        # SIGTERM (a stop or a preemption): starting the next run would only be killed too.
-        echo "$(stamp) $name: stopped before the end; queue stopped, restart it to resume"
-        exit 0
-    elif [ "$rc" = 0 ]; then
-        echo "$(stamp) $name: finished"
-    else
-        echo "$(stamp) $name: FAILED (exit $rc)"
-        failed+=("$name")
-    fi
-done 3<"$queue"
-echo "$(stamp) queue finished: $count runs, ${#failed[@]} failed${failed:+: ${failed[*]}}"
-'''
+# `sweep --queue` copies this script to every worker and runs it there.
+QUEUE_RUNNER = os.path.join(REPO, 'launch', 'queue_runner.sh')
+# Reads a run's status from its run.json on a worker, for the queue runner and for the remote
+# commands below alike. Relative to the worker's checkout.
+RUN_STATUS = 'launch/run_status.sh'
 
 
 class LaunchError(Exception):
@@ -241,15 +198,9 @@ def train_command(config, workdir, overrides, detach=False):
     return f'PJRT_DEVICE=TPU {nohup}"$PY" -m trm_spmd.main {shlex.join(words)} --workdir={remote_path(workdir)}'
 
 
-def status_check(workdir, status):
-    """Shell condition: WORKDIR/run.json (written by the trainer) has "status": STATUS."""
-    run_json = f'{workdir.rstrip("/")}/run.json'
-    pattern = rf'"\"status\": *\"{status}\""'
-    if workdir.startswith('gs://'):
-        # grep without -q reads to the end, so that under pipefail an early exit cannot fail
-        # the pipeline through a SIGPIPE of the reader.
-        return f'gcloud storage cat {shlex.quote(run_json)} 2>/dev/null | grep {pattern} >/dev/null'
-    return f'grep {pattern} {remote_path(run_json)} >/dev/null 2>&1'
+def run_status_is(workdir, status):
+    """Shell condition, run from the worker's checkout: WORKDIR's run.json records STATUS."""
+    return f'[ "$(bash {RUN_STATUS} {remote_path(workdir)})" = {status} ]'
 
 
 def running_check_command():
@@ -278,11 +229,11 @@ def foreground_run_command(config, workdir, overrides, name, skip_done=False):
     train = ' && '.join([
         f'PY=$(bash launch/setup.sh --tpu 2>>{log})',
         f'{train_command(config, workdir, overrides)} 2>&1 | tee -a {log}',
-        f'if {status_check(workdir, "preempted")}; then echo "$(hostname): {name} stopped before the end"; '
+        f'if {run_status_is(workdir, "preempted")}; then echo "$(hostname): {name} stopped before the end"; '
         f'exit {STOPPED_EXIT}; fi',
     ])
     if skip_done:
-        train = (f'if {status_check(workdir, "done")}; then echo "$(hostname): {name} already done, skipped"; '
+        train = (f'if {run_status_is(workdir, "done")}; then echo "$(hostname): {name} already done, skipped"; '
                  f'else {train}; fi')
     # pipefail: the trainer's exit status, not tee's, decides whether the run failed.
     return f'set -o pipefail; mkdir -p {REMOTE_LOGS} && cd {REMOTE_REPO} && {train}'
@@ -384,7 +335,7 @@ def check_fingerprints(output, dest):
                           'rerun data so that every host builds or copies the same files')
     where = dest if os.path.isabs(dest) else f'~/trm_spmd/{dest}'
     use = ('where the configs read it' if dest == DEFAULT_DATA else
-           f'train with --override config.data.path={dest}')
+           f'train with --config.data.path={dest}')
     info(f'{len(found)} workers hold the same dataset in {where} ({found[0][0][:12]}); {use}')
 
 
@@ -422,15 +373,70 @@ def cmd_data(args, tpu, shell):
         check_fingerprints(out.stdout, dest)
 
 
-def parse_overrides(raw):
-    """['config.optim.lr=3e-4'] -> ['--config.optim.lr=3e-4'] (the trainer's override flags)."""
-    flags = []
-    for item in raw or []:
-        body = item[2:] if item.startswith('--') else item
-        if not (body.startswith('config.') and '=' in body) and not body.startswith('noconfig.'):
-            raise LaunchError(f'--override expects config.KEY=VALUE (e.g. config.optim.lr=3e-4), got {item!r}')
-        flags.append('--' + body)
+OVERRIDE_PREFIXES = ('--config.', '--noconfig.')
+
+
+def config_overrides(words):
+    """The trainer's own override flags among the words argparse left over, in their order:
+    ['--config.optim.lr=3e-4', '--config.seed', '7', '--noconfig.ema.enabled'] ->
+    ['--config.optim.lr=3e-4', '--config.seed=7', '--noconfig.ema.enabled']."""
+    flags, rest = [], list(words)
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith(OVERRIDE_PREFIXES):
+            raise LaunchError(f'unrecognized argument {word!r}; config overrides are written as the trainer '
+                              'takes them: --config.KEY=VALUE (e.g. --config.optim.lr=3e-4)')
+        # `--config.KEY VALUE`, which absl also takes: run and sweep have no positional arguments,
+        # so a plain word after an override can only be its value.
+        if word.startswith('--config.') and '=' not in word and rest and not rest[0].startswith('--'):
+            word += '=' + rest.pop(0)
+        flags.append(word)
+    check_override_keys(flags)
     return flags
+
+
+def override_key(flag):
+    """'--config.optim.lr=3e-4' -> 'optim.lr'; '--noconfig.ema.enabled' -> 'ema.enabled'."""
+    return flag.partition('=')[0].partition('config.')[2]
+
+
+def import_project():
+    """Lets this checkout's trm_spmd be imported, whatever the working directory."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+
+
+def schema_keys():
+    """Every dotted key of the trainer's config schema, or None when the project's packages
+    (ml_collections) are not importable here: the trainers check the keys then."""
+    import_project()
+    try:
+        from trm_spmd.config import default_config
+    except ImportError:
+        return None
+    keys = []
+
+    def visit(node, prefix):
+        for name, value in node.items():
+            keys.append(prefix + name)
+            if hasattr(value, 'items'):
+                visit(value, f'{prefix}{name}.')
+
+    visit(default_config(), '')
+    return keys
+
+
+def check_override_keys(flags):
+    """A misspelt key fails here, on one line, rather than at start on every worker."""
+    known = schema_keys() if flags else None
+    if known is None:
+        return
+    for flag in flags:
+        key = override_key(flag)
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            fix = f'did you mean --config.{close[0]}?' if close else 'trm_spmd/config/schema.py lists the keys'
+            raise LaunchError(f'{flag}: the config has no key {key!r}; {fix}')
 
 
 def check_config_path(spec):
@@ -457,7 +463,7 @@ def refuse_if_running(tpu, shell, force):
 
 def cmd_run(args, tpu, shell):
     check_config_path(args.config)
-    overrides = parse_overrides(args.override)
+    overrides = config_overrides(args.overrides)
     name = safe_name(args.run_name) if args.run_name else run_name(args.config)
     refuse_if_running(tpu, shell, args.force)
     if args.foreground:
@@ -483,8 +489,7 @@ class SweepRun:
 
 def config_tools():
     """expand_sweep and load_config from the package (they need ml_collections)."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
+    import_project()
     try:
         from trm_spmd.config.files import expand_sweep, load_config
         import ml_collections  # noqa: F401 - config files build ConfigDicts
@@ -557,31 +562,30 @@ def run_sequentially(runs, overrides, tpu, shell):
 
 
 def start_queue(queue, runs, overrides, tpu, shell):
-    staging = os.path.expanduser(STAGING)
-    queue_file = os.path.join(staging, f'{queue}.queue')
-    runner_file = os.path.join(staging, f'{queue}.sh')
+    queue_file = os.path.join(os.path.expanduser(STAGING), f'{queue}.queue')
     # The runner evaluates each line as shell words, so a ~/ workdir means the worker's home.
     lines = [' '.join([r.name, remote_path(r.workdir), shlex.join([f'--config={r.spec}', *overrides])])
              for r in runs]
-    shell.note(f'write {queue_file}:\n' + '\n'.join(lines) + f'\nwrite {runner_file} (the queue runner)')
+    shell.note(f'write {queue_file}:\n' + '\n'.join(lines))
     if not shell.dry_run:
-        os.makedirs(staging, exist_ok=True)
+        os.makedirs(os.path.dirname(queue_file), exist_ok=True)
         with open(queue_file, 'w') as f:
             f.write('\n'.join(lines) + '\n')
-        with open(runner_file, 'w') as f:
-            f.write(QUEUE_RUNNER)
     reach = 'check that the TPU VM is READY (`python launch/tpu.py status`) and rerun the sweep'
     shell.run(tpu.ssh(f'mkdir -p {REMOTE_QUEUES} {REMOTE_LOGS}'), 'preparing the workers', reach)
-    shell.run(tpu.scp([queue_file, runner_file], 'trm_queue/'), 'copying the queue to the workers', reach)
+    # The runner goes with its queue rather than running from the worker's checkout: it reads
+    # the lines this launcher wrote, so the two must come from the same version.
+    shell.run(tpu.scp([queue_file, QUEUE_RUNNER], 'trm_queue/'), 'copying the queue to the workers', reach)
     log = f'{REMOTE_QUEUES}/{queue}.log'
-    start = (f'nohup bash {REMOTE_QUEUES}/{queue}.sh {REMOTE_QUEUES}/{queue}.queue >>{log} 2>&1 </dev/null & '
+    runner = f'{REMOTE_QUEUES}/{os.path.basename(QUEUE_RUNNER)}'
+    start = (f'nohup bash {runner} {REMOTE_QUEUES}/{queue}.queue >>{log} 2>&1 </dev/null & '
              f'echo "$(hostname): queue {queue} started, progress in {log}"')
     shell.run(tpu.ssh(start), 'starting the queue runner', reach)
     shell.report(f'queue {queue} ({len(runs)} runs) runs in the background; watch: python launch/tpu.py status')
 
 
 def cmd_sweep(args, tpu, shell):
-    overrides = parse_overrides(args.override)
+    overrides = config_overrides(args.overrides)
     runs = plan_sweep(args.sweep, args.study_root)
     if not args.study_root.startswith('gs://'):
         info(f'warning: {args.study_root} is not gs://; each worker then keeps its own copy, so the '
@@ -685,9 +689,11 @@ def common_flags():
 
 
 def add_run_flags(p):
-    p.add_argument('--override', action='extend', nargs='+', metavar='config.KEY=VALUE',
-                   help='config override passed to every run, e.g. config.optim.lr=3e-4 (repeatable)')
     p.add_argument('--force', action='store_true', help='start even if training already runs on the workers')
+    p.set_defaults(takes_overrides=True)
+    p.epilog = ('Config overrides are the trainer\'s own flags, --config.KEY=VALUE (e.g. --config.optim.lr=3e-4, '
+                '--noconfig.ema.enabled), any number of them: every run receives them after its --config, '
+                'in the order given.')
 
 
 def build_parser():
@@ -699,7 +705,7 @@ def build_parser():
 
     def add(name, handler, help_text):
         p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        p.set_defaults(handler=handler)
+        p.set_defaults(handler=handler, takes_overrides=False)
         return p
 
     p = add('create', cmd_create, 'create the TPU VM (a v4-64 is 32 chips = 8 hosts x 4 devices)')
@@ -761,8 +767,19 @@ def build_parser():
     return parser
 
 
+def parse_args(argv):
+    """argparse's flags, plus what it leaves over: for run and sweep, the trainer's
+    --config.KEY=VALUE overrides, which only the trainer's config can type."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not args.takes_overrides:
+        parser.error(f'unrecognized arguments: {" ".join(extra)}')
+    args.overrides = extra
+    return args
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         for flag, env in (('name', 'TRM_TPU_NAME'), ('zone', 'TRM_TPU_ZONE')):
             if not getattr(args, flag):

@@ -1,6 +1,8 @@
-"""trm_spmd.analysis on a synthetic study: exact table values, statuses, CSV, plots."""
+"""trm_spmd.analysis on a synthetic study: exact table values, statuses, CSV, plots, on a
+disk and on a bucket (fsspec's memory filesystem standing in for gs://)."""
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,9 +12,10 @@ import time
 import pytest
 
 from trm_spmd.analysis import load_runs
-from trm_spmd.analysis.__main__ import main
-from trm_spmd.analysis.plots import pareto_front
-from trm_spmd.analysis.runs import read_metrics
+from trm_spmd.analysis.__main__ import UsageError, main
+from trm_spmd.analysis.plots import BaselineError, MatplotlibMissing, pareto_front
+from trm_spmd.analysis.runs import RunDiscoveryError, read_metrics
+from trm_spmd.errors import UserError
 
 NOW = time.time()
 OLD = NOW - 3 * 86400  # long finished, or long dead
@@ -278,21 +281,6 @@ def test_plot_writes_every_png(study, tmp_path, capsys):
     assert 'skipped' not in out
 
 
-def test_plot_skips_what_the_runs_cannot_show(study, tmp_path, capsys):
-    pytest.importorskip('matplotlib')
-    out_dir = tmp_path / 'plots'
-    code, out, _ = run_cli(capsys, 'plot', study / 'batch_scaling', '--out', out_dir)
-    assert code == 0
-    assert (out_dir / 'batch_scaling.png').exists()
-    assert 'skipped tn_heatmap.png: needs runs of one config family' in out
-    assert 'skipped difficulty.png: no run has logged eval_by_difficulty' in out
-    assert not (out_dir / 'tn_heatmap.png').exists()
-
-    code, out, _ = run_cli(capsys, 'plot', study / 'model_scaling', '--out', out_dir)
-    assert code == 0 and 'wrote' not in out and out.count('skipped') == len(PLOT_FILES)
-    assert 'the older batch_scaling.png there is out of date' in out
-
-
 def test_plot_without_matplotlib_is_one_line(study, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, 'matplotlib', None)
     code, out, err = run_cli(capsys, 'plot', study, '--out', tmp_path)
@@ -322,3 +310,92 @@ def test_errors_are_one_line(study, tmp_path, capsys):
     pytest.importorskip('matplotlib')
     code, _, err = run_cli(capsys, 'plot', study, '--out', tmp_path, '--baseline=nope')
     assert code == 2 and err.count('\n') == 1 and 'matches no run' in err
+
+
+# ---- the same study on a bucket: fsspec's in-memory filesystem stands in for gs:// ----------
+
+
+@pytest.fixture(scope='module')
+def bucket_study(study):
+    """The study copied to memory://, which goes through the same fsspec calls as gs://."""
+    fsspec = pytest.importorskip('fsspec')
+    memory = fsspec.filesystem('memory')
+    root = 'memory://trm-analysis-test'
+    memory.put(str(study), f'{root}/study', recursive=True)
+    yield f'{root}/study'
+    memory.rm(root, recursive=True)
+
+
+def memory_file(url):
+    import fsspec
+    return fsspec.filesystem('memory').cat_file(url)
+
+
+def test_status_and_compare_read_a_bucket_like_a_disk(study, bucket_study, capsys):
+    for command in ('status', 'compare'):
+        code, local, _ = run_cli(capsys, command, study)
+        assert code == 0
+        code, remote, err = run_cli(capsys, command, bucket_study)
+        assert code == 0, err
+        local_rows, remote_rows = parse_markdown(local)[1], parse_markdown(remote)[1]
+        assert len(remote_rows) == 21
+        # The one status that rests on run.json's modification time: the bucket's copy was
+        # written just now, so the silent run counts as running there.
+        assert local_rows.pop('ablations/attention')['status'] == 'stale (crashed?)'
+        assert remote_rows.pop('ablations/attention')['status'] == 'running'
+        for rows in (local_rows, remote_rows):
+            for row in rows.values():
+                row.pop('last update', None)   # the files' times: when each copy was written
+        assert remote_rows == local_rows
+
+
+def test_bucket_globs_files_and_outputs(bucket_study, capsys):
+    code, out, _ = run_cli(capsys, 'compare', f'{bucket_study}/tn_sweep/t3_*')
+    assert code == 0 and sorted(parse_markdown(out)[1]) == ['t3_n2', 't3_n4', 't3_n6']
+    code, out, _ = run_cli(capsys, 'compare', f'{bucket_study}/**/t1_n2/config.json')
+    assert code == 0 and list(parse_markdown(out)[1]) == ['t1_n2']
+
+    out_dir = 'memory://trm-analysis-test/tables'
+    code, out, err = run_cli(capsys, 'compare', f'{bucket_study}/baseline', '--out', out_dir)
+    assert code == 0, err
+    assert memory_file(f'{out_dir}/compare.md').decode() == out
+    rows = list(csv.DictReader(memory_file(f'{out_dir}/compare.csv').decode().splitlines()))
+    assert rows[0]['path'] == 'memory:///trm-analysis-test/study/baseline/e1_1_baseline'
+    assert rows[0]['best_exact_accuracy'] == '0.875'
+
+
+def test_plot_skips_what_the_runs_cannot_show(bucket_study, capsys):
+    # Read from and written to the bucket stand-in; test_plot_writes_every_png covers disks.
+    pytest.importorskip('matplotlib')
+    out_dir = 'memory://trm-analysis-test/plots'
+    code, out, err = run_cli(capsys, 'plot', f'{bucket_study}/batch_scaling', '--out', out_dir)
+    assert code == 0, err
+    assert f'wrote   {out_dir}/batch_scaling.png' in out
+    assert memory_file(f'{out_dir}/batch_scaling.png')[:8] == b'\x89PNG\r\n\x1a\n'
+    assert 'skipped tn_heatmap.png: needs runs of one config family' in out
+    assert 'skipped difficulty.png: no run has logged eval_by_difficulty' in out
+    with pytest.raises(FileNotFoundError):
+        memory_file(f'{out_dir}/tn_heatmap.png')
+
+    code, out, _ = run_cli(capsys, 'plot', f'{bucket_study}/model_scaling', '--out', out_dir)
+    assert code == 0 and 'wrote' not in out and out.count('skipped') == len(PLOT_FILES)
+    assert 'the older batch_scaling.png there is out of date' in out
+
+
+def test_bucket_errors_are_one_line(bucket_study, capsys):
+    code, _, err = run_cli(capsys, 'status', 'memory://trm-analysis-test/nope')
+    assert code == 2 and err.count('\n') == 1 and 'is not a directory' in err
+    code, _, err = run_cli(capsys, 'status', f'{bucket_study}/nope*')
+    assert code == 2 and err.count('\n') == 1 and 'matches nothing' in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec('gcsfs') is not None,
+                    reason='gcsfs is installed: the test would reach for gs://')
+def test_bucket_without_gcsfs_is_one_line(capsys):
+    code, _, err = run_cli(capsys, 'status', 'gs://bkt/study')
+    assert code == 2 and err.count('\n') == 1 and 'gcsfs' in err
+
+
+def test_every_analysis_error_is_a_user_error():
+    for error in (RunDiscoveryError, UsageError, BaselineError, MatplotlibMissing):
+        assert issubclass(error, UserError)

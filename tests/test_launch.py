@@ -1,14 +1,17 @@
 """launch/tpu.py against a stand-in `gcloud` that records its arguments.
 
 The remote commands are also executed here with bash, against a fake worker home
-(a checkout whose setup.sh names a fake python that records how it was called), so
-quoting, ~ expansion, skipping finished runs and exit codes are checked for real.
+(a checkout whose setup.sh names a fake python that records how it was called, with the
+real launch/run_status.sh), and so is the real launch/queue_runner.sh, so quoting, ~
+expansion, skipping finished runs, stopping after a stopped one and exit codes are
+checked for real.
 """
 
 import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -18,6 +21,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TPU_PY = os.path.join(REPO, 'launch', 'tpu.py')
+QUEUE_RUNNER = os.path.join(REPO, 'launch', 'queue_runner.sh')
+RUN_STATUS = os.path.join(REPO, 'launch', 'run_status.sh')
 SUBCOMMANDS = ['create', 'setup', 'data', 'run', 'sweep', 'status', 'logs', 'stop', 'delete']
 GCLOUD_PREFIX = ['compute', 'tpus', 'tpu-vm']
 
@@ -97,6 +102,7 @@ class Env:
         monkeypatch.delenv('TRM_TPU_PROJECT', raising=False)
         monkeypatch.delenv('FAKE_GCLOUD_EXIT', raising=False)
         monkeypatch.delenv('FAKE_GCLOUD_REPLIES', raising=False)
+        monkeypatch.delenv('FAKE_TRAIN_HOOK', raising=False)
 
     def reply(self, replies):
         self.monkeypatch.setenv('FAKE_GCLOUD_REPLIES', json.dumps(replies))
@@ -115,13 +121,15 @@ class Env:
             self.record.unlink()
 
     def fake_worker(self):
-        """~/trm_spmd on a 'worker': setup.sh prints a fake python that records its calls and
-        writes run.json into its workdir: "done", or "preempted" (exit 0, as after SIGTERM) for
-        a config arg containing 'stop'; one containing 'fail' exits 3."""
+        """~/trm_spmd on a 'worker': setup.sh prints a fake python that records its arguments
+        (shell-quoted, one call a line) and writes run.json into its workdir: "done", or
+        "preempted" (exit 0, as after SIGTERM) for a config arg containing 'stop'; one
+        containing 'fail' exits 3. $FAKE_TRAIN_HOOK, if set, runs first."""
         fake_py = self.root / 'fake_python'
         fake_py.write_text(f'''#!/usr/bin/env bash
-echo "PJRT_DEVICE=$PJRT_DEVICE $*" >> {self.train_log}
+printf '%q ' "PJRT_DEVICE=$PJRT_DEVICE" "$@" >> {self.train_log}; echo >> {self.train_log}
 status=done
+[ -z "$FAKE_TRAIN_HOOK" ] || eval "$FAKE_TRAIN_HOOK"
 for a in "$@"; do
     case $a in
         --workdir=*) wd=${{a#--workdir=}} ;;
@@ -136,27 +144,31 @@ echo "trained $wd"
         launch = self.home / 'trm_spmd' / 'launch'
         launch.mkdir(parents=True)
         (launch / 'setup.sh').write_text(f'echo "[setup] reusing env" >&2\necho {fake_py}\n')
+        shutil.copy(RUN_STATUS, launch / 'run_status.sh')      # the real one, as setup ships it
 
-    def run_remote(self, argv):
+    def run_remote(self, argv, command=None):
         """Execute a recorded ssh call's --command on the fake worker, as sshd would."""
-        command = next(a for a in argv if a.startswith('--command=')).partition('=')[2]
+        command = command or command_of(argv)
         env = dict(os.environ, HOME=str(self.home))
         return subprocess.run(['bash', '-c', command], env=env, capture_output=True, text=True, timeout=30)
 
     def run_queue(self, queue):
-        """Put the staged queue files where scp puts them on a worker, then run the runner
-        the way the start command does."""
+        """Put the staged queue file and the queue runner where scp puts them on a worker,
+        then run the start command that sweep --queue sent, and wait for the runner."""
         staging = self.home / '.cache' / 'trm_spmd' / 'launch'
         queue_dir = self.home / 'trm_queue'
         queue_dir.mkdir(exist_ok=True)
-        for name in (f'{queue}.queue', f'{queue}.sh'):
-            (queue_dir / name).write_text((staging / name).read_text())
-        env = dict(os.environ, HOME=str(self.home))
-        return subprocess.run(['bash', str(queue_dir / f'{queue}.sh'), str(queue_dir / f'{queue}.queue')],
-                              env=env, capture_output=True, text=True, timeout=30)
+        shutil.copy(staging / f'{queue}.queue', queue_dir)
+        shutil.copy(QUEUE_RUNNER, queue_dir)
+        start = next(argv for argv in self.calls() if 'nohup bash' in ' '.join(argv))
+        # Backgrounded with nohup there; here in the foreground, so the test can read its log.
+        self.run_remote(start, command=command_of(start).replace(' & echo', '; echo'))
+        return (queue_dir / f'{queue}.log').read_text()
 
     def trained(self):
-        return self.train_log.read_text().splitlines() if self.train_log.exists() else []
+        """The fake trainer's argument lists, one per call."""
+        return [shlex.split(line) for line in self.train_log.read_text().splitlines()] \
+            if self.train_log.exists() else []
 
 
 @pytest.fixture
@@ -181,7 +193,7 @@ def error_lines(err):
 
 def test_run_issues_one_command_on_all_workers(env):
     assert tpu.main(['run', '--config=configs/fam.py:t3_n6', '--workdir=gs://bkt/study/fam/t3_n6',
-                     '--override', 'config.optim.lr=3e-4']) == 0
+                     '--config.optim.lr=3e-4']) == 0
     check, start = env.calls()
     assert is_ssh_all(check) and 'pgrep' in command_of(check)
     assert is_ssh_all(start)
@@ -207,11 +219,38 @@ def test_run_refuses_when_training_runs(env, capfd):
 
 def test_run_checks_config_path_and_overrides(env, capfd):
     assert tpu.main(['run', '--config=configs/nope.py:a', '--workdir=gs://b/r']) == 1
-    assert tpu.main(['run', '--config=configs/fam.py:a', '--workdir=gs://b/r', '--override', 'lr=3']) == 1
+    assert tpu.main(['run', '--config=configs/fam.py:a', '--workdir=gs://b/r', 'optim.lr=3']) == 1
+    assert tpu.main(['run', '--config=configs/fam.py:a', '--workdir=gs://b/r', '--config.optim.lrr=3']) == 1
+    assert tpu.main(['sweep', '--sweep=configs/fam.py', '--study_root=gs://b/s', '--config.modle.H_cycles=2']) == 1
     err = error_lines(capfd.readouterr().err)
-    assert len(err) == 2
+    assert len(err) == 4
     assert 'config file not found: configs/nope.py' in err[0]
-    assert 'config.KEY=VALUE' in err[1]
+    assert "unrecognized argument 'optim.lr=3'" in err[1] and '--config.KEY=VALUE' in err[1]
+    assert "no key 'optim.lrr'; did you mean --config.optim.lr?" in err[2]
+    assert "no key 'modle.H_cycles'; did you mean --config.model.H_cycles?" in err[3]
+    assert env.calls() == []
+
+
+def test_run_passes_overrides_on_in_order_after_the_config(env):
+    assert tpu.main(['run', '--config.optim.lr=3e-4', '--config=configs/fam.py:t3_n6', '--workdir=gs://b/r',
+                     '--config.model.H_cycles', '2', '--noconfig.ema.enabled', '--config.optim.lr=1e-3']) == 0
+    command = command_of(env.calls()[-1])
+    assert ('-m trm_spmd.main --config=configs/fam.py:t3_n6 --config.optim.lr=3e-4 --config.model.H_cycles=2 '
+            '--noconfig.ema.enabled --config.optim.lr=1e-3 --workdir=gs://b/r') in command
+
+
+def test_overrides_pass_through_unchecked_without_the_project_packages(env, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'trm_spmd.config', None)    # a workstation without ml_collections
+    assert tpu.schema_keys() is None
+    assert tpu.main(['run', '--config=configs/fam.py:t3_n6', '--workdir=gs://b/r', '--config.future.key=1']) == 0
+    assert '--config=configs/fam.py:t3_n6 --config.future.key=1 ' in command_of(env.calls()[-1])
+
+
+def test_overrides_only_on_run_and_sweep(env, capfd):
+    with pytest.raises(SystemExit) as exit_info:
+        tpu.main(['status', '--config.optim.lr=3e-4'])
+    assert exit_info.value.code == 2
+    assert 'unrecognized arguments: --config.optim.lr=3e-4' in capfd.readouterr().err
     assert env.calls() == []
 
 
@@ -220,7 +259,7 @@ def test_background_run_command_executes_on_a_worker(env, monkeypatch):
     env.fake_worker()
     workdir = env.root / 'runs' / 'a b'        # a space: the workdir must stay one argument
     assert tpu.main(['run', '--config=configs/fam.py:t3_n6', f'--workdir={workdir}',
-                     '--override', 'config.optim.lr=3e-4', '--force']) == 0
+                     '--config.optim.lr=3e-4', "--config.variant=it's a b", '--force']) == 0
     (start,) = env.calls()
     result = env.run_remote(start)
     assert result.returncode == 0, result.stderr
@@ -229,8 +268,8 @@ def test_background_run_command_executes_on_a_worker(env, monkeypatch):
         if (workdir / 'run.json').exists():
             break
         time.sleep(0.05)
-    assert env.trained() == [f'PJRT_DEVICE=TPU -m trm_spmd.main --config=configs/fam.py:t3_n6 '
-                             f'--config.optim.lr=3e-4 --workdir={workdir}']
+    assert env.trained() == [['PJRT_DEVICE=TPU', '-m', 'trm_spmd.main', '--config=configs/fam.py:t3_n6',
+                              '--config.optim.lr=3e-4', "--config.variant=it's a b", f'--workdir={workdir}']]
     log = env.home / 'trm_logs' / 'fam-t3_n6.log'
     for _ in range(100):
         if 'trained' in log.read_text():
@@ -322,8 +361,8 @@ def test_foreground_sweep_commands_skip_done_runs_and_fail_per_run(env):
     results = [env.run_remote(argv) for argv in env.calls()]
     assert [r.returncode for r in results] == [0, 3, 0]
     assert 'fam-t3_n6 already done, skipped' in results[0].stdout
-    assert [line.split()[3] for line in env.trained()] == ['--config=configs/fam.py:t2_fail',
-                                                           '--config=configs/fam.py:t1_n2']
+    assert [args[3] for args in env.trained()] == ['--config=configs/fam.py:t2_fail',
+                                                   '--config=configs/fam.py:t1_n2']
 
 
 def test_queue_runner_runs_entries_in_order_skipping_done_ones(env):
@@ -332,36 +371,56 @@ def test_queue_runner_runs_entries_in_order_skipping_done_ones(env):
     (study / 'fam' / 't3_n6').mkdir(parents=True)
     (study / 'fam' / 't3_n6' / 'run.json').write_text('{"status": "done"}')
     assert tpu.main(['sweep', '--sweep=configs/fam.py', f'--study_root={study}', '--queue',
-                     '--override', 'config.seed=7']) == 0
+                     '--config.seed=7']) == 0
     check, mkdir, scp, start = env.calls()
     assert 'pgrep' in command_of(check) and 'mkdir -p ~/trm_queue' in command_of(mkdir)
     staging = env.home / '.cache' / 'trm_spmd' / 'launch'
-    assert scp == GCLOUD_PREFIX + ['scp', str(staging / 'fam.queue'), str(staging / 'fam.sh'),
+    assert scp == GCLOUD_PREFIX + ['scp', str(staging / 'fam.queue'), QUEUE_RUNNER,
                                    'trm:trm_queue/', '--zone=zone-a', '--worker=all']
     assert is_ssh_all(start)
-    assert 'nohup bash ~/trm_queue/fam.sh ~/trm_queue/fam.queue' in command_of(start)
+    assert 'nohup bash ~/trm_queue/queue_runner.sh ~/trm_queue/fam.queue' in command_of(start)
 
-    result = env.run_queue('fam')
-    assert result.returncode == 0, result.stderr
-    train = 'PJRT_DEVICE=TPU -m trm_spmd.main'
+    out = env.run_queue('fam')
+    train = ['PJRT_DEVICE=TPU', '-m', 'trm_spmd.main']
     assert env.trained() == [
-        f'{train} --config=configs/fam.py:t2_fail --config.seed=7 --workdir={study}/fam/t2_fail',
-        f'{train} --config=configs/fam.py:t1_n2 --config.seed=7 --workdir={study}/fam/t1_n2',
+        [*train, '--config=configs/fam.py:t2_fail', '--config.seed=7', f'--workdir={study}/fam/t2_fail'],
+        [*train, '--config=configs/fam.py:t1_n2', '--config.seed=7', f'--workdir={study}/fam/t1_n2'],
     ]
-    out = result.stdout
     assert 'fam-t3_n6: already done, skipped' in out
     assert 'fam-t2_fail: FAILED (exit 3)' in out
     assert 'queue finished: 3 runs, 1 failed: fam-t2_fail' in out
+    assert 'training failed' in (env.home / 'trm_logs' / 'fam-t2_fail.log').read_text()
 
 
 def test_queue_runner_stops_after_a_stopped_run(env):
     env.fake_worker()
     assert tpu.main(['sweep', '--sweep=configs/sweeps.py:stopping', f'--study_root={env.root}/study',
                      '--queue', '--force']) == 0
-    result = env.run_queue('sweeps-stopping')
-    assert 'fam-t2_stop: stopped before the end; queue stopped' in result.stdout
-    assert [line.split()[3] for line in env.trained()] == ['--config=configs/fam.py:t1_n2',
-                                                           '--config=configs/fam.py:t2_stop']
+    out = env.run_queue('sweeps-stopping')
+    assert 'fam-t2_stop: stopped before the end; queue stopped' in out and 'queue finished' not in out
+    assert [args[3] for args in env.trained()] == ['--config=configs/fam.py:t1_n2',
+                                                   '--config=configs/fam.py:t2_stop']
+
+
+def test_queue_runner_is_not_changed_by_a_new_copy_written_over_it(env, monkeypatch):
+    # The next `sweep --queue` copies the runner over the running one; bash reads a script as
+    # it goes, so this runner must not pick up the new text.
+    env.fake_worker()
+    monkeypatch.setenv('FAKE_TRAIN_HOOK', 'echo "echo overwritten; exit 9" > ~/trm_queue/queue_runner.sh')
+    assert tpu.main(['sweep', '--sweep=configs/fam.py', f'--study_root={env.root}/study', '--queue',
+                     '--force']) == 0
+    out = env.run_queue('fam')
+    assert 'overwritten' not in out and 'queue finished: 3 runs, 1 failed: fam-t2_fail' in out
+    assert len(env.trained()) == 3
+
+
+def test_queue_runner_needs_the_checkout(env):
+    queue = env.root / 'q.queue'
+    queue.write_text('r runs/r --config=configs/fam.py:a\n')
+    result = subprocess.run(['bash', QUEUE_RUNNER, str(queue)], env=dict(os.environ, HOME=str(env.home)),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert 'run launch/tpu.py setup first' in result.stdout
 
 
 def test_done_check_reads_run_json_from_the_bucket(env):
@@ -372,10 +431,31 @@ def test_done_check_reads_run_json_from_the_bucket(env):
     assert 'already done, skipped' in env.run_remote(first).stdout
 
     assert tpu.main(['sweep', '--sweep=configs/fam.py', '--study_root=gs://bkt/s', '--force', '--queue']) == 0
-    result = env.run_queue('fam')
-    assert 'fam-t3_n6: already done, skipped' in result.stdout
-    assert [line.split()[3] for line in env.trained()] == ['--config=configs/fam.py:t2_fail',
-                                                           '--config=configs/fam.py:t1_n2']
+    out = env.run_queue('fam')
+    assert 'fam-t3_n6: already done, skipped' in out
+    assert [args[3] for args in env.trained()] == ['--config=configs/fam.py:t2_fail',
+                                                   '--config=configs/fam.py:t1_n2']
+
+
+def run_status(env, workdir):
+    result = subprocess.run(['bash', RUN_STATUS, str(workdir)], env=dict(os.environ, HOME=str(env.home)),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_run_status_reads_what_the_trainer_wrote(env):
+    workdir = env.root / 'run'
+    assert run_status(env, workdir) == ''                      # not started: no run.json
+    workdir.mkdir()
+    info = {'config_file': 'configs/fam.py:t3_n6', 'backend': {'backend': 'xla', 'devices': 32},
+            'status': 'preempted', 'message': 'SIGTERM "status": "done"'}
+    (workdir / 'run.json').write_text(json.dumps(info, indent=2))   # as the training loop writes it
+    assert run_status(env, workdir) == 'preempted'
+    assert run_status(env, f'{workdir}/') == 'preempted'
+    env.reply({'storage cat gs://bkt/r/run.json': json.dumps({'status': 'done'})})
+    assert run_status(env, 'gs://bkt/r') == 'done'
+    assert run_status(env, 'gs://bkt/other') == ''
 
 
 # ---- create, setup, data -----------------------------------------------------------------
@@ -500,7 +580,7 @@ DRY_RUNS = {
     'create': ['create', '--spot'],
     'setup': ['setup', '--copy'],
     'data': ['data', '--build_args=--generate=50'],
-    'run': ['run', '--config=configs/fam.py:t3_n6', '--workdir=gs://bkt/r', '--override', 'config.seed=1'],
+    'run': ['run', '--config=configs/fam.py:t3_n6', '--workdir=gs://bkt/r', '--config.seed=1'],
     'sweep': ['sweep', '--sweep=configs/fam.py', '--study_root=gs://bkt/s', '--queue'],
     'status': ['status', '--study_root=gs://bkt/s'],
     'logs': ['logs', '--worker=all'],

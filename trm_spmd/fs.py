@@ -4,6 +4,7 @@ Files are written whole and atomically (write_text, write_bytes): a reader sees 
 file or the new one, never a part.
 """
 
+import glob as globlib
 import os
 import tempfile
 
@@ -31,7 +32,7 @@ def _fs(path):
     try:
         import fsspec
         return fsspec.core.url_to_fs(path)[0]
-    except ImportError:
+    except ImportError:   # fsspec itself, or its implementation of the protocol (gcsfs for gs://)
         raise UserError(f'{path}: bucket paths need fsspec and gcsfs: pip install -e ".[gcs]"') from None
 
 
@@ -80,3 +81,52 @@ def write_bytes(path, data):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# ---- reading and listing trees, for tools that read many runs (trm_spmd.analysis) --------
+# Local paths go through os and glob as before; bucket paths through fsspec. fsspec names
+# the paths it returns without their protocol, so it is put back: what these functions
+# return can be passed to them again.
+
+
+def read_bytes(path):
+    if is_remote(path):
+        with _fs(path).open(path, 'rb') as f:
+            return f.read()
+    with open(path, 'rb') as f:
+        return f.read()
+
+
+def isdir(path):
+    return _fs(path).isdir(path) if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path):
+    return _fs(path).isfile(path) if is_remote(path) else os.path.isfile(path)
+
+
+def getmtime(path):
+    """Unix time of the file's last change; OSError (FileNotFoundError) when it is missing."""
+    if is_remote(path):
+        return _fs(path).modified(path).timestamp()
+    return os.path.getmtime(path)
+
+
+def glob(pattern):
+    """The paths matching `pattern`, sorted; `**` matches any number of directories."""
+    if is_remote(pattern):
+        filesystem = _fs(pattern)
+        return sorted(filesystem.unstrip_protocol(p) for p in filesystem.glob(pattern))
+    return sorted(globlib.glob(pattern, recursive=True))
+
+
+def walk(top):
+    """os.walk(top), top-down, for local or bucket paths: (directory, subdirectory names,
+    file names). Removing names from the subdirectory list in place prunes the walk."""
+    if not is_remote(top):
+        yield from os.walk(top)
+        return
+    filesystem = _fs(top)
+    for directory, subdirectories, files in filesystem.walk(top, topdown=True):
+        yield filesystem.unstrip_protocol(directory), subdirectories, files
+

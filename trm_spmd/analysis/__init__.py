@@ -1,8 +1,9 @@
 """Results analysis for trm_spmd studies: comparison tables, a status dashboard, plots.
 
 Reads the run directories the training loop writes (config.json, run.json,
-metrics.jsonl). Plotting needs matplotlib (the optional `plots` group); the rest does
-not. Command line: `python -m trm_spmd.analysis {compare,status,plot} ...`.
+metrics.jsonl), on a disk or on a bucket (gs://, through trm_spmd.fs). Plotting needs
+matplotlib (the optional `plots` group); the rest does not. Command line:
+`python -m trm_spmd.analysis {compare,status,plot} ...`.
 """
 
 from trm_spmd.analysis.runs import Run, RunDiscoveryError, load_run, load_runs

@@ -5,24 +5,24 @@
     python -m trm_spmd.analysis plot 'ROOT/*/*' --out=DIR [--baseline=RUN]
 
 Every command takes run directories, globs, or a study root (searched recursively for
-directories holding config.json).
+directories holding config.json), local or on a bucket (gs://...); --out may be either too.
 """
 
 import argparse
-import os
 import sys
 import time
 
+from trm_spmd import errors, fs
 from trm_spmd.analysis import plots, runs as runs_lib, tables
 
 
-class UsageError(ValueError):
+class UsageError(errors.UserError):
     pass
 
 
 def _add_runs_arguments(parser):
     parser.add_argument('runs', nargs='+', metavar='DIR_OR_GLOB',
-                        help='run directories, globs, or study roots')
+                        help='run directories, globs, or study roots; local or gs://')
     parser.add_argument('--stale_after', '--stale-after', type=float, default=30.0,
                         metavar='MINUTES',
                         help='a "running" run silent this long is shown as stale (default 30)')
@@ -37,7 +37,7 @@ def _parser():
     compare = commands.add_parser('compare', help='one table row per run')
     _add_runs_arguments(compare)
     compare.add_argument('--out', metavar='DIR',
-                         help='also write compare.md / compare.csv here')
+                         help='also write compare.md / compare.csv here (local or gs://)')
     compare.add_argument('--format', choices=['markdown', 'csv', 'both'],
                          help='default: markdown, or both when --out is given')
 
@@ -46,7 +46,8 @@ def _parser():
 
     plot = commands.add_parser('plot', help='PNG plots of the runs')
     _add_runs_arguments(plot)
-    plot.add_argument('--out', metavar='DIR', required=True, help='directory for the PNGs')
+    plot.add_argument('--out', metavar='DIR', required=True,
+                      help='directory for the PNGs (local or gs://)')
     plot.add_argument('--baseline', metavar='RUN',
                       help='run to mark as the baseline (label, variant, name or path); '
                            'default: the run whose variant or name contains "baseline"')
@@ -62,8 +63,7 @@ def _load(args, now):
 
 
 def _write(path, text):
-    with open(path, 'w') as f:
-        f.write(text)
+    fs.write_text(path, text)
     print(f'wrote {path}', file=sys.stderr)
 
 
@@ -72,16 +72,16 @@ def _compare(args, runs):
     if fmt == 'both' and not args.out:
         raise UsageError('--format=both writes compare.csv, which needs --out=DIR')
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
+        fs.makedirs(args.out)
     if fmt in ('markdown', 'both'):
         text = tables.compare_markdown(runs)
         sys.stdout.write(text)
         if args.out:
-            _write(os.path.join(args.out, 'compare.md'), text)
+            _write(fs.join(args.out, 'compare.md'), text)
     if fmt in ('csv', 'both'):
         text = tables.compare_csv(runs)
         if args.out:
-            _write(os.path.join(args.out, 'compare.csv'), text)
+            _write(fs.join(args.out, 'compare.csv'), text)
         else:
             sys.stdout.write(text)
 
@@ -108,8 +108,7 @@ def main(argv=None):
             sys.stdout.write(tables.status_markdown(runs, now))
         else:
             _plot(args, runs)
-    except (runs_lib.RunDiscoveryError, plots.MatplotlibMissing, plots.BaselineError,
-            UsageError) as e:
+    except errors.UserError as e:
         print(f'error: {e}', file=sys.stderr)
         return 2
     except OSError as e:

@@ -5,10 +5,11 @@ tables and the dashboard work without it. Figures use the object API on an Agg c
 no display is needed and no pyplot state leaks between plots.
 """
 
+import io
 import math
-import os
 import re
 
+from trm_spmd import errors, fs
 from trm_spmd.analysis.runs import EVAL_EXACT, cfg, is_number
 
 DPI = 150
@@ -26,11 +27,11 @@ BEST_LABEL = 'best eval exact accuracy (%)'
 STEP_LABEL = 'training step (optimizer updates)'
 
 
-class MatplotlibMissing(RuntimeError):
+class MatplotlibMissing(errors.UserError):
     pass
 
 
-class BaselineError(ValueError):
+class BaselineError(errors.UserError):
     pass
 
 
@@ -585,7 +586,7 @@ def pick_baseline(runs, wanted=None):
         stripped = wanted.rstrip('/')
         for run in runs:
             if stripped in (run.label, run.variant, run.name, run.path) or \
-                    run.path.endswith(os.sep + stripped):
+                    run.path.endswith('/' + stripped):
                 return run
         known = ', '.join(r.label for r in runs[:12]) + (', ...' if len(runs) > 12 else '')
         raise BaselineError(f'--baseline={wanted} matches no run (by label, variant, name '
@@ -598,23 +599,29 @@ def pick_baseline(runs, wanted=None):
     return None
 
 
+def _png(fig):
+    data = io.BytesIO()
+    fig.savefig(data, format='png', dpi=DPI, bbox_inches='tight')
+    return data.getvalue()
+
+
 def render_all(runs, out_dir, baseline=None):
     """Writes every plot the runs have data for; [(file name, path or None, why skipped)]."""
     matplotlib = require_matplotlib()
     base = pick_baseline(runs, baseline)
-    os.makedirs(out_dir, exist_ok=True)
+    fs.makedirs(out_dir)
     results = []
     for filename, make in PLOTS:
-        path = os.path.join(out_dir, filename)
+        path = fs.join(out_dir, filename)
         with matplotlib.rc_context(_STYLE):
             try:
                 fig = make(runs, base)
             except Skip as e:
                 reason = str(e)
-                if os.path.exists(path):
+                if fs.exists(path):
                     reason += f' (the older {filename} there is out of date)'
                 results.append((filename, None, reason))
                 continue
-            fig.savefig(path, dpi=DPI, bbox_inches='tight')
+            fs.write_bytes(path, _png(fig))
         results.append((filename, path, ''))
     return results

@@ -3,16 +3,18 @@
 A run directory holds `config.json` (the resolved config), `run.json` (launch record and
 final status) and `metrics.jsonl` (one JSON object per logged line). Everything here
 tolerates partial directories: a run still starting, a killed process that left a
-truncated last line, a run resumed after preemption whose steps repeat.
+truncated last line, a run resumed after preemption whose steps repeat. Paths may be
+local or on a bucket (gs://, or any fsspec URL): every file access goes through trm_spmd.fs.
 """
 
 import dataclasses
-import glob
 import json
 import math
 import os
 import re
 import time
+
+from trm_spmd import errors, fs
 
 CONFIG_FILE = 'config.json'
 RUN_FILE = 'run.json'
@@ -28,7 +30,7 @@ STALE = 'stale (crashed?)'
 DEFAULT_STALE_AFTER_S = 30 * 60
 
 
-class RunDiscoveryError(ValueError):
+class RunDiscoveryError(errors.UserError):
     """Nothing the user named is, or contains, a run directory."""
 
 
@@ -196,8 +198,7 @@ def read_metrics(path):
     """(well-formed lines in file order, warnings). A malformed last line is a writer killed
     mid-line and is skipped quietly; malformed lines elsewhere are reported."""
     try:
-        with open(path, 'rb') as f:
-            text = f.read().decode('utf-8', errors='replace')
+        text = fs.read_bytes(path).decode('utf-8', errors='replace')
     except FileNotFoundError:
         return [], []
     except OSError as e:
@@ -244,8 +245,7 @@ def merge_lines(lines):
 
 def _read_json(path, warnings):
     try:
-        with open(path) as f:
-            data = json.load(f)
+        data = json.loads(fs.read_bytes(path))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:
@@ -260,7 +260,7 @@ def _read_json(path, warnings):
 
 def _mtime(path):
     try:
-        return os.path.getmtime(path)
+        return fs.getmtime(path)
     except OSError:
         return None
 
@@ -283,13 +283,13 @@ def classify(info, records, last_activity, now, stale_after_s):
 def load_run(path, now=None, stale_after_s=DEFAULT_STALE_AFTER_S):
     now = time.time() if now is None else now
     warnings = []
-    config = _read_json(os.path.join(path, CONFIG_FILE), warnings)
-    info = _read_json(os.path.join(path, RUN_FILE), warnings)
-    lines, metric_warnings = read_metrics(os.path.join(path, METRICS_FILE))
+    config = _read_json(fs.join(path, CONFIG_FILE), warnings)
+    info = _read_json(fs.join(path, RUN_FILE), warnings)
+    lines, metric_warnings = read_metrics(fs.join(path, METRICS_FILE))
     warnings.extend(metric_warnings)
     records, elapsed, wall = merge_lines(lines)
     times = [line['time'] for line in lines if 'time' in line]
-    signs = [t for t in (max(times, default=None), _mtime(os.path.join(path, RUN_FILE)))
+    signs = [t for t in (max(times, default=None), _mtime(fs.join(path, RUN_FILE)))
              if t is not None]
     last_activity = max(signs) if signs else None
     status = classify(info, records, last_activity, now, stale_after_s)
@@ -304,7 +304,7 @@ def _has_glob(pattern):
 def _walk(top):
     """Run directories at or under `top`. A run dir is not searched further, since its
     checkpoints may carry their own copy of config.json."""
-    for root, dirs, files in os.walk(top):
+    for root, dirs, files in fs.walk(top):
         if CONFIG_FILE in files:
             dirs[:] = []
             yield root
@@ -312,29 +312,44 @@ def _walk(top):
             dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
 
 
+def _identity(path):
+    """What makes two spellings of a run directory the same one."""
+    return path if fs.is_remote(path) else os.path.realpath(path)
+
+
+def _absolute(path):
+    return path if fs.is_remote(path) else os.path.abspath(path)
+
+
+def _matches(pattern):
+    """The paths a command-line argument names: itself, or what its glob matches."""
+    if not fs.is_remote(pattern):
+        pattern = os.path.expanduser(pattern)
+    return fs.glob(pattern) if _has_glob(pattern) else [pattern]
+
+
 def find_run_dirs(patterns):
     found, seen = [], set()
     for pattern in patterns:
-        pattern = os.path.expanduser(pattern)
-        matches = sorted(glob.glob(pattern, recursive=True)) if _has_glob(pattern) else [pattern]
+        matches = _matches(pattern)
         if not matches:
             raise RunDiscoveryError(
                 f'{pattern!r} matches nothing; pass run directories, globs, or a study root')
         for match in matches:
-            if os.path.isfile(match) and os.path.basename(match) in (
+            if fs.isfile(match) and os.path.basename(match) in (
                     CONFIG_FILE, RUN_FILE, METRICS_FILE):
                 match = os.path.dirname(match) or '.'
-            if not os.path.isdir(match):
+            if not fs.isdir(match):
                 if not _has_glob(pattern):
                     raise RunDiscoveryError(
                         f'{match!r} is not a directory; pass run directories, globs, '
                         f'or a study root')
                 continue
             for run_dir in _walk(match):
-                key = os.path.realpath(run_dir)
+                key = _identity(run_dir)
                 if key not in seen:
                     seen.add(key)
-                    found.append(os.path.abspath(run_dir))
+                    found.append(_absolute(run_dir))
     if not found:
         raise RunDiscoveryError(
             f'no run directory (one holding {CONFIG_FILE}) at or under '
@@ -343,10 +358,14 @@ def find_run_dirs(patterns):
 
 
 def _labels(paths):
-    if len(paths) == 1:
-        return [os.path.basename(paths[0].rstrip(os.sep)) or paths[0]]
-    root = os.path.commonpath(paths)
-    return [os.path.relpath(p, root) if p != root else os.path.basename(p) for p in paths]
+    """Each path relative to the deepest directory above all of them ('tn_sweep/t3_n6');
+    one path is labeled by its last part."""
+    parts = [p.rstrip('/').split('/') for p in paths]
+    depth = 0
+    while (all(len(p) > depth + 1 for p in parts)
+           and len({p[depth] for p in parts}) == 1):
+        depth += 1
+    return ['/'.join(p[depth:]) for p in parts]
 
 
 def load_runs(patterns, now=None, stale_after_s=DEFAULT_STALE_AFTER_S):
