@@ -20,7 +20,7 @@ from trm_spmd.errors import UserError
 NOW = time.time()
 OLD = NOW - 3 * 86400  # long finished, or long dead
 PLOT_FILES = ['learning_curves.png', 'accuracy_vs_compute.png', 'ablations.png',
-              'tn_heatmap.png', 'batch_scaling.png', 'pareto.png', 'difficulty.png']
+              'tn_heatmap.png', 'batch_scaling.png', 'pareto.png', 'difficulty.png', 'act_steps.png']
 
 
 def write_run(root, rel, name, variant, *, T=3, n=6, batch=768, lr=1e-4, ema=True,
@@ -94,7 +94,9 @@ def study(tmp_path_factory):
                   'eval_by_difficulty/rating_4-15': 0.7, 'eval_by_difficulty/rating_16+': 0.4}
     base = train_lines(OLD, steps, sec_per_step=9.0, floor=0.02)
     base[5].update({'eval/exact_accuracy': 0.8125})
-    base[10].update({'eval/exact_accuracy': 0.875, **difficulty})
+    # Its last eval also reports other depths (eval.report_act_steps): test-time recursion.
+    depths = {f'eval_at_act_steps/{k}/exact_accuracy': v for k, v in ((1, 0.05), (4, 0.5), (8, 0.75), (32, 0.9))}
+    base[10].update({'eval/exact_accuracy': 0.875, 'eval/steps': 16.0, **difficulty, **depths})
     write_run(root, 'baseline/e1_1_baseline', 'baseline', 'e1_1_baseline', lines=base)
     write_run(root, 'ablations/no_ema', 'ablations', 'no_ema', ema=False,
               lines=by_step(train_lines(OLD, steps) + [
@@ -279,6 +281,11 @@ def test_plot_writes_every_png(study, tmp_path, capsys):
         data = path.read_bytes()
         assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 20_000, name
     assert 'skipped' not in out
+
+
+def test_act_steps_curve_includes_the_trained_depth(study):
+    [baseline] = [r for r in load_runs([str(study)]) if r.name == 'baseline']
+    assert baseline.act_steps_curve() == [(1, 0.05), (4, 0.5), (8, 0.75), (16, 0.875), (32, 0.9)]
 
 
 def test_plot_without_matplotlib_is_one_line(study, tmp_path, capsys, monkeypatch):

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from trm_spmd.errors import UserError
 from trm_spmd.model import (TRM, TRMConfig, act_step, counter_uniforms, initial_carry, loss_and_metrics,
                             trainable_param_count)
 from trm_spmd.model.act import exploration_min_steps, exploration_prob_at
@@ -83,9 +84,9 @@ def test_init_of_heads_embeddings_and_states():
 
 
 def test_config_rejects_bad_values():
-    with pytest.raises(ValueError, match='forward_dtype'):
+    with pytest.raises(UserError, match='model.forward_dtype'):
         TRMConfig(forward_dtype='float16')
-    with pytest.raises(ValueError, match='puzzle_emb_len'):
+    with pytest.raises(UserError, match='model.puzzle_emb_len'):
         TRMConfig(puzzle_emb_ndim=1024, puzzle_emb_len=1)
 
 
@@ -328,6 +329,24 @@ def test_eval_halts_only_at_max_steps_even_when_q_says_halt():
         carry, _ = act_step(model, carry, batch, training=False)
         assert carry['steps'].tolist() == [step] * 3
         assert carry['halted'].tolist() == [step == 4] * 3
+
+
+def test_eval_can_recurse_deeper_than_training_without_resetting_rows():
+    model = tiny(halt_max_steps=2)
+    carry, batch = initial_carry(model, 3, 'cpu'), make_batch(3, 0)
+    deep, states = carry, []
+    for step in range(1, 5):
+        deep, _ = act_step(model, deep, batch, training=False, max_steps=4)
+        assert deep['steps'].tolist() == [step] * 3 and deep['halted'].tolist() == [step == 4] * 3
+        states.append(deep['z_H'])
+    # The first two steps are the trained depth's; steps 3 and 4 go on from there, not from H_init.
+    for step in range(2):
+        carry, _ = act_step(model, carry, batch, training=False)
+        torch.testing.assert_close(carry['z_H'], states[step])
+    again, _ = act_step(model, carry, batch, training=False)   # as trained: halted rows restart
+    assert not torch.equal(again['z_H'], states[2])
+    with pytest.raises(ValueError, match='max_steps is for evaluation'):
+        act_step(model, carry, batch, training=True, uniforms=torch.zeros(3, 2), max_steps=4)
 
 
 def test_training_halts_on_positive_q_halt():

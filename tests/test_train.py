@@ -90,6 +90,20 @@ def test_gradient_checkpointing_changes_memory_not_numbers(tmp_path):
         assert a['train/loss'] == pytest.approx(b['train/loss'], abs=1e-5)
 
 
+def test_evaluation_at_other_depths_matches_separate_evaluations(tmp_path):
+    source = str(tmp_path / 'source')
+    train_and_evaluate(runlocal(**{'train.total_steps': 3}), source)   # runlocal trains with 2 ACT steps
+    evaluate = lambda name, **changes: train_and_evaluate(   # noqa: E731
+        runlocal(**{'mode': 'eval', 'init_from': source, **changes}), str(tmp_path / name))
+    curve = evaluate('curve', **{'eval.report_act_steps': (1, 4)})
+    for depth in (1, 4):
+        alone = evaluate(f'depth{depth}', **{'eval.act_steps': depth})
+        assert alone['eval/steps'] == depth
+        for key in ('exact_accuracy', 'accuracy'):
+            assert curve[f'eval_at_act_steps/{depth}/{key}'] == pytest.approx(alone[f'eval/{key}'], abs=1e-6)
+    assert curve['eval/steps'] == 2
+
+
 def _run(workdir, config):
     train_and_evaluate(config, str(workdir))
     return str(workdir)

@@ -5,8 +5,9 @@
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
 them) or one checkpoint step directory. The model runs all halt_max_steps ACT steps, as the
-evaluation does; with --stop_when_confident each puzzle stops at the first step whose
-halting logit says "done" (q_halt > 0), as in training.
+evaluation does, or --act_steps of them (more than training used: test-time recursion);
+with --stop_when_confident each puzzle stops at the first step whose halting logit says
+"done" (q_halt > 0), as in training.
 """
 
 import json
@@ -32,6 +33,7 @@ flags.DEFINE_string('checkpoint', None, 'run directory or checkpoint step direct
 flags.DEFINE_string('puzzle', None, '81 characters, row by row, "." or "0" for a blank')
 flags.DEFINE_string('file', None, 'a file of puzzles, one per line')
 flags.DEFINE_bool('stop_when_confident', False, 'stop each puzzle at its first q_halt > 0')
+flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_steps the model was trained with)')
 
 
 def _run_dir_and_checkpoints(path):
@@ -69,9 +71,9 @@ def load_model(path):
 
 
 @torch.no_grad()
-def solve(model, puzzles, stop_when_confident=False):
+def solve(model, puzzles, stop_when_confident=False, act_steps=0):
     """puzzles uint8 [N, 81] digits -> per puzzle (digits [81], ACT steps used, halt probability)."""
-    cfg = model.config
+    max_steps = act_steps or model.config.halt_max_steps
     tokens = torch.from_numpy(to_tokens(puzzles).astype(np.int32))
     batch = {'inputs': tokens, 'labels': torch.zeros_like(tokens),
              'puzzle_identifiers': torch.zeros(len(puzzles), dtype=torch.int32)}
@@ -80,11 +82,11 @@ def solve(model, puzzles, stop_when_confident=False):
     used = torch.zeros(len(puzzles), dtype=torch.int32)
     confidence = torch.zeros(len(puzzles))
     done = torch.zeros(len(puzzles), dtype=torch.bool)
-    for step in range(1, cfg.halt_max_steps + 1):
-        carry, outputs = act_step(model, carry, batch, training=False)
+    for step in range(1, max_steps + 1):
+        carry, outputs = act_step(model, carry, batch, training=False, max_steps=max_steps)
         q_halt = outputs['q_halt_logits']
         confident = (q_halt > 0) if stop_when_confident else torch.zeros_like(done)
-        stop = ~done & (confident | (step == cfg.halt_max_steps))
+        stop = ~done & (confident | (step == max_steps))
         answer[stop] = predictions(outputs['logits'])[stop].to(answer.dtype)
         used[stop] = step
         confidence[stop] = torch.sigmoid(q_halt[stop])
@@ -113,11 +115,11 @@ def verdict(puzzle, digits):
     return f'invalid: {conflict}' if conflict else 'valid'
 
 
-def report(puzzle, digits, steps, confidence, halt_max_steps):
+def report(puzzle, digits, steps, confidence, max_steps):
     left, right = grid_text(puzzle), grid_text(digits)
     lines = [f'{"puzzle":<23}   {"model":<23}']
     lines += [f'{a:<23}   {b}' for a, b in zip(left, right)]
-    lines.append(f'ACT steps: {steps} of {halt_max_steps}   halting confidence: {confidence:.1%}   '
+    lines.append(f'ACT steps: {steps} of {max_steps}   halting confidence: {confidence:.1%}   '
                  f'solution: {verdict(puzzle, digits)}')
     return '\n'.join(lines)
 
@@ -147,12 +149,15 @@ def main(argv):
     del argv
     if not FLAGS.checkpoint:
         raise UserError('--checkpoint=RUN_DIR is required')
+    if FLAGS.act_steps < 0:
+        raise UserError(f'--act_steps={FLAGS.act_steps} must be >= 1 (or 0: as trained)')
     puzzles = read_puzzles()
     model = load_model(FLAGS.checkpoint)
-    results = solve(model, puzzles, FLAGS.stop_when_confident)
+    max_steps = FLAGS.act_steps or model.config.halt_max_steps
+    results = solve(model, puzzles, FLAGS.stop_when_confident, max_steps)
     valid = 0
     for puzzle, (digits, steps, confidence) in zip(puzzles, results):
-        print(report(puzzle, digits, steps, confidence, model.config.halt_max_steps), end='\n\n')
+        print(report(puzzle, digits, steps, confidence, max_steps), end='\n\n')
         valid += verdict(puzzle, digits) == 'valid'
     if len(puzzles) > 1:
         print(f'{valid} of {len(puzzles)} puzzles solved ({valid / len(puzzles):.1%})')

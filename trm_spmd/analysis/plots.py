@@ -568,6 +568,34 @@ def difficulty(runs, baseline):
     return fig
 
 
+def act_steps(runs, baseline):
+    """Exact accuracy against the ACT steps run at evaluation (test-time recursion)."""
+    curves = [(r, r.act_steps_curve()) for r in runs]
+    curves = [(r, c) for r, c in curves if c]
+    if not curves:
+        raise Skip('no run has evaluated at other ACT steps (eval.report_act_steps)')
+    fig = _figure(7.5, 4.8)
+    ax = fig.subplots()
+    for color, (run, curve) in zip(_colors(len(curves)), curves):
+        steps, acc = zip(*curve)
+        ax.plot(steps, [_pct(v) for v in acc], color=color, lw=1.6, marker='o', ms=4, label=_legend_label(run))
+        trained = cfg(run.config, 'act.halt_max_steps')
+        if trained in steps:
+            ax.plot([trained], [_pct(acc[steps.index(trained)])], color=color, marker='o', ms=11,
+                    mfc='none', mew=1.5)
+    ax.set_xscale('log', base=2)
+    ticks = sorted({k for _, curve in curves for k, _ in curve})
+    ax.set_xticks(ticks, [str(k) for k in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel('ACT steps at evaluation (log2 scale; circled: as trained)')
+    ax.set_ylabel(ACC_LABEL)
+    ax.set_ylim(-2, 102)
+    ax.set_title('Test-time recursion: accuracy vs evaluation depth')
+    ax.legend(loc='lower right', frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 PLOTS = [
     ('learning_curves.png', learning_curves),
     ('accuracy_vs_compute.png', accuracy_vs_compute),
@@ -576,6 +604,7 @@ PLOTS = [
     ('batch_scaling.png', batch_scaling),
     ('pareto.png', pareto),
     ('difficulty.png', difficulty),
+    ('act_steps.png', act_steps),
 ]
 
 

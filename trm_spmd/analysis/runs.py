@@ -22,6 +22,7 @@ METRICS_FILE = 'metrics.jsonl'
 
 EVAL_EXACT = 'eval/exact_accuracy'
 DIFFICULTY_PREFIX = 'eval_by_difficulty/'
+ACT_STEPS_PREFIX = 'eval_at_act_steps/'
 
 NOT_STARTED = 'not started'
 STARTING = 'starting'
@@ -150,6 +151,17 @@ class Run:
         if not known:
             return [None] * len(steps)
         return [_interpolate(known, s) * scale for s in steps]
+
+    def act_steps_curve(self):
+        """[(ACT steps, exact accuracy)] of the newest eval that reported other depths
+        (eval.report_act_steps), with its own depth; None when no eval did."""
+        for record in reversed(self.records):
+            points = {int(k.split('/')[1]): v for k, v in record.items()
+                      if k.startswith(ACT_STEPS_PREFIX) and k.endswith('/exact_accuracy') and is_number(v)}
+            if points and is_number(record.get(EVAL_EXACT)) and is_number(record.get('eval/steps')):
+                points[round(record['eval/steps'])] = record[EVAL_EXACT]
+                return sorted(points.items())
+        return None
 
     def last_difficulty(self):
         """(step, {bucket label: exact accuracy}) of the newest eval with difficulty buckets."""

@@ -101,6 +101,8 @@ def default_config() -> ml_collections.ConfigDict:
     v.max_examples = 0           # 0: the whole test split
     v.save_outputs = False       # per-puzzle logits / q_halt / predictions to DIR/eval/outputs_STEP.npz
     v.difficulty_buckets = ()    # rating bucket edges; () picks defaults from the data
+    v.act_steps = 0              # ACT steps every test puzzle runs; 0: act.halt_max_steps (test-time recursion: more)
+    v.report_act_steps = ()      # also report accuracy after these ACT steps, e.g. (1, 2, 4, 8, 16, 32)
 
     # ---- device mesh --------------------------------------------------------
     c.mesh = mm = ml_collections.ConfigDict()

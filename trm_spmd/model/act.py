@@ -62,7 +62,7 @@ def exploration_prob_at(step, start, final, total_steps):
 
 
 def act_step(model, carry, batch, *, training, exploration_prob=None, uniforms=None,
-             H_cycles=None, L_cycles=None):
+             H_cycles=None, L_cycles=None, max_steps=None):
     """One ACT step -> (new_carry, outputs); the new carry is detached.
 
     batch: dict inputs [B, seq_len], labels [B, seq_len], puzzle_identifiers [B]; only the rows
@@ -70,11 +70,16 @@ def act_step(model, carry, batch, *, training, exploration_prob=None, uniforms=N
     [0, 1) drives exploration (rng.counter_uniforms) and exploration_prob (float or 0-d
     tensor, e.g. exploration_prob_at(step, ...); default the config's) may change between
     steps without retracing when it is a tensor.
+    max_steps (eval only; default the config's halt_max_steps) is the step at which every row
+    halts: an evaluation may recurse deeper or shallower than training did.
     outputs: logits [B, seq_len, vocab], q_halt_logits [B], q_continue_logits [B] (float32),
     and target_q_continue [B] when training with no_ACT_continue=False.
     """
     cfg = model.config
     act_on = training and cfg.halt_max_steps > 1
+    if training and max_steps is not None:
+        raise ValueError('act_step: max_steps is for evaluation; training halts at the config\'s halt_max_steps')
+    max_steps = cfg.halt_max_steps if max_steps is None else max_steps
     if act_on and uniforms is None:
         raise ValueError('act_step(training=True) needs uniforms [B, 2]; draw them with rng.counter_uniforms')
 
@@ -91,7 +96,7 @@ def act_step(model, carry, batch, *, training, exploration_prob=None, uniforms=N
 
     with torch.no_grad():
         steps = steps + 1
-        is_last = steps >= cfg.halt_max_steps
+        is_last = steps >= max_steps
         halted = is_last
         if act_on:
             if cfg.no_ACT_continue:

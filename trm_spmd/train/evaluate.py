@@ -1,4 +1,4 @@
-"""Evaluation: every test puzzle runs exactly halt_max_steps ACT steps with the EMA weights.
+"""Evaluation: every test puzzle runs a fixed number of ACT steps with the EMA weights.
 
 The reference stops when every row has halted (a host read per step); in eval rows only
 halt at the last step, so a fixed count gives the same answer without a sync. Metric sums
@@ -55,7 +55,13 @@ def batch_sums(carry, outputs, bucket, num_buckets, cfg):
 
 class Evaluator:
     """Runs every test batch with the EMA weights (when the run keeps them); `run(step)`
-    returns {'eval/...': float} and writes per-puzzle outputs when config.eval.save_outputs."""
+    returns {'eval/...': float} and writes per-puzzle outputs when config.eval.save_outputs.
+
+    Every row runs eval.act_steps ACT steps (default the training's halt_max_steps: the
+    reference's evaluation). eval.report_act_steps adds the metrics after fewer or more
+    steps of the same pass as 'eval_at_act_steps/K/...' (test-time recursion: a model
+    trained with 8 steps evaluated after 1, 2, ..., 32).
+    """
 
     def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir):
         self.model, self.ema, self.cfg, self.config = trainer.model, trainer.ema, trainer.cfg, config
@@ -64,13 +70,17 @@ class Evaluator:
         self.buckets = buckets
         self.workdir = workdir
         self.global_batch = config.eval.global_batch_size
-        self.step_fn = runtime.compile(make_eval_step(self.model), 'eval_step', config.xla.max_different_graphs)
+        self.act_steps = config.eval.act_steps or self.cfg.halt_max_steps
+        self.depths = sorted({int(k) for k in config.eval.report_act_steps} | {self.act_steps})
+        self.step_fn = runtime.compile(make_eval_step(self.model, self.depths[-1]), 'eval_step',
+                                       config.xla.max_different_graphs)
         num_buckets = len(buckets.edges)
         self.sums_fn = runtime.compile(
             lambda carry, outputs, bucket: batch_sums(carry, outputs, bucket, num_buckets, self.cfg), 'eval_sums')
         self._initial = None
 
     def _initial_carry(self):
+        """The carry every batch starts from: all rows halted, so the first step loads them."""
         if self._initial is None:
             carry = initial_carry(self.model, self.runtime.local_rows(self.global_batch), self.runtime.device)
             self._initial = {k: self.runtime.shard_along_data(v) for k, v in carry.items()}
@@ -83,26 +93,36 @@ class Evaluator:
             self.ema.swap_into()
             self.runtime.sync()   # the swap as its own (cached) graph, not folded into the next one
         try:
-            totals, outputs_kept = None, []
+            totals, outputs_kept = {}, []
             for host_batch in self.batches:
                 bucket = self.buckets.ids(host_batch)
                 batch = self.runtime.put_batch({k: host_batch[k] for k in BATCH_KEYS} | {'bucket': bucket})
                 carry = self._initial_carry()
-                for _ in range(self.cfg.halt_max_steps):
+                all_halted = carry['halted']   # the fresh carry has every row halted
+                for depth in range(1, self.depths[-1] + 1):
                     carry, outputs = self.step_fn(carry, batch)
-                sums = self.sums_fn(carry, outputs, batch['bucket'])
-                totals = sums if totals is None else {k: totals[k] + v for k, v in sums.items()}
-                if self.config.eval.save_outputs:
-                    outputs_kept.append(self._host_outputs(outputs, host_batch))
-            self.runtime.all_reduce_sum_(list(totals.values()))
-            host = {k: v.detach().cpu().numpy() for k, v in totals.items()}
+                    if depth in self.depths:
+                        # Rows halt only at the last step: count every row at an earlier depth.
+                        sums = self.sums_fn(dict(carry, halted=all_halted), outputs, batch['bucket'])
+                        totals[depth] = sums if depth not in totals else {
+                            k: totals[depth][k] + v for k, v in sums.items()}
+                    if depth == self.act_steps and self.config.eval.save_outputs:
+                        outputs_kept.append(self._host_outputs(outputs, host_batch))
+            self.runtime.all_reduce_sum_([v for sums in totals.values() for v in sums.values()])
+            host = {depth: {k: v.detach().cpu().numpy() for k, v in sums.items()} for depth, sums in totals.items()}
         finally:
             if swap:
                 self.ema.swap_back()
                 self.runtime.sync()
         if outputs_kept and self.runtime.is_main_host:
             self._save_outputs(step, outputs_kept)
-        return self._summarize(host)
+        result = self._summarize(host[self.act_steps])
+        for depth in self.depths:
+            if depth != self.act_steps:
+                summary = self._summarize(host[depth])
+                for key in ('exact_accuracy', 'accuracy'):
+                    result[f'eval_at_act_steps/{depth}/{key}'] = summary[f'eval/{key}']
+        return result
 
     def _host_outputs(self, outputs, host_batch):
         keep = np.asarray(host_batch['valid'], dtype=bool)

@@ -116,11 +116,12 @@ def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
     return train_step
 
 
-def make_eval_step(model):
-    """eval_step(carry, batch) -> (carry, outputs): one ACT step in eval mode, no gradients."""
+def make_eval_step(model, max_steps):
+    """eval_step(carry, batch) -> (carry, outputs): one ACT step in eval mode, no gradients;
+    every row halts at step `max_steps`."""
 
     def eval_step(carry, batch):
         with torch.no_grad():
-            return act_step(model, carry, batch, training=False)
+            return act_step(model, carry, batch, training=False, max_steps=max_steps)
 
     return eval_step
