@@ -4,13 +4,16 @@
     python benchmarks/step_time.py --config=configs/quickstart.py --config.model.hidden_size=256
     python benchmarks/step_time.py --config=configs/baseline.py --global_batch=6144 --project --slice=v4-64
     python benchmarks/step_time.py --config=configs/baseline.py:runlocal --profile=/tmp/trace
+    python benchmarks/step_time.py --config=configs/quickstart.py --official=../TinyRecursiveModels
 
 The real trainer (train.setup: model, optimizers, EMA, the compiled train_step) runs on
 synthetic batches of valid token ranges; its cost does not depend on the values (fixed
 shapes, halting by masking). Warm-up steps (tracing and compilation) are reported apart;
 then every timed step is host-to-device transfer + step, followed by runtime.wait(), so
 it measures execution rather than dispatch. A pipelined figure (steps dispatched back to
-back, one wait at the end, as the training loop runs) follows. Results go to
+back, one wait at the end, as the training loop runs) follows. With --official=PATH the
+official TinyRecursiveModels code at PATH trains the same network on the same batches in
+the same process (benchmarks/official.py), and the ratio is printed. Results go to
 benchmarks/results/step_time_<device>_<date>.{json,md}.
 
 checkpoint_overhead.py and eval_throughput.py build on this module's TrainBench.
@@ -27,7 +30,7 @@ if __package__ in (None, ''):
     # Run as `python benchmarks/step_time.py`: make `benchmarks.*` importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common, peaks, projection  # noqa: E402
+from benchmarks import common, official, peaks, projection  # noqa: E402
 from trm_spmd.config import validate  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
 
@@ -197,6 +200,8 @@ def define_flags():
     flags.DEFINE_string('slice', 'v4-64', 'TPU slice for --project')
     flags.DEFINE_integer('project_batch', 6144, 'global batch for --project')
     flags.DEFINE_float('mfu', 0.5, 'MFU for --project where none is measured (CPU)')
+    flags.DEFINE_string('official', '', 'a TinyRecursiveModels checkout: time its training step beside ours')
+    flags.DEFINE_bool('official_compile', False, 'torch.compile the official loss head (its pretrain.py default)')
 
 
 def main(argv):
@@ -217,6 +222,11 @@ def main(argv):
     lines = report_lines(results, device)
     if FLAGS.profile:
         lines.append(f'trace                  {profile(bench, FLAGS.profile, FLAGS.profile_steps)}')
+    if FLAGS.official:
+        results['official'] = official.measure(FLAGS.official, config, bench.host_batches, FLAGS.warmup,
+                                               FLAGS.steps, FLAGS.official_compile)
+        results['speedup_vs_official'] = results['official']['step_ms']['median'] / results['step_ms']['median']
+        lines += official.report_lines(results['step_ms']['median'], results['official'])
     extra = {}
     if FLAGS.project:
         extra['projection'], projection_lines = _projection(config, results)

@@ -104,6 +104,19 @@ def test_evaluation_at_other_depths_matches_separate_evaluations(tmp_path):
     assert curve['eval/steps'] == 2
 
 
+def test_a_run_stops_at_its_target_accuracy_with_a_checkpoint(tmp_path, monkeypatch):
+    from trm_spmd.train import evaluate
+    monkeypatch.setattr(evaluate.Evaluator, 'run', lambda self, step, depths=(): {
+        'eval/exact_accuracy': 0.5 if step < 4 else 0.95, 'eval/accuracy': 0.99})
+    workdir = tmp_path / 'run'
+    final = train_and_evaluate(runlocal(**{'train.total_steps': 10, 'train.eval_every_steps': 2,
+                                           'train.stop_at_exact_accuracy': 0.9}), str(workdir))
+    assert final['eval/exact_accuracy'] == 0.95
+    assert max(r['step'] for r in read_metrics(workdir)) == 4
+    assert sorted(int(d) for d in os.listdir(workdir / 'checkpoints') if d.isdigit())[-1] == 4
+    assert json.load(open(workdir / 'run.json'))['status'] == 'done'
+
+
 def _run(workdir, config):
     train_and_evaluate(config, str(workdir))
     return str(workdir)

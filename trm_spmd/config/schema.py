@@ -82,6 +82,7 @@ def default_config() -> ml_collections.ConfigDict:
     t.eval_every_steps = 0       # > 0 overrides eval_every_epochs
     t.log_every_steps = 100
     t.nan_policy = 'stop'        # 'stop' | 'skip' (skip the update of a non-finite step)
+    t.stop_at_exact_accuracy = 0.0  # > 0: end the run (checkpointed) at the first eval reaching it
 
     # Curriculum recursion: the model trains with (H_cycles, L_cycles) of the stage whose
     # start fraction of training has been reached; one compiled graph per distinct stage.
@@ -102,7 +103,7 @@ def default_config() -> ml_collections.ConfigDict:
     v.save_outputs = False       # per-puzzle logits / q_halt / predictions to DIR/eval/outputs_STEP.npz
     v.difficulty_buckets = ()    # rating bucket edges; () picks defaults from the data
     v.act_steps = 0              # ACT steps every test puzzle runs; 0: act.halt_max_steps (test-time recursion: more)
-    v.report_act_steps = ()      # also report accuracy after these ACT steps, e.g. (1, 2, 4, 8, 16, 32)
+    v.report_act_steps = ()      # at the end (and in eval mode) also after these ACT steps, e.g. (1, 2, 4, 8, 16, 32)
 
     # ---- device mesh --------------------------------------------------------
     c.mesh = mm = ml_collections.ConfigDict()

@@ -69,6 +69,8 @@ def validate(config, device_count=None, process_count=1):
     _check(t.total_steps > 0 or t.epochs > 0, 'set train.epochs or train.total_steps to a positive number')
     _check(t.log_every_steps >= 1, f'train.log_every_steps={t.log_every_steps} must be >= 1')
     _one_of(t.nan_policy, 'train.nan_policy', ('stop', 'skip'))
+    _check(0.0 <= t.stop_at_exact_accuracy <= 1.0,
+           f'train.stop_at_exact_accuracy={t.stop_at_exact_accuracy} must be in [0, 1] (0: off)')
 
     cu = c.curriculum
     if cu.enabled:

@@ -58,9 +58,9 @@ class Evaluator:
     returns {'eval/...': float} and writes per-puzzle outputs when config.eval.save_outputs.
 
     Every row runs eval.act_steps ACT steps (default the training's halt_max_steps: the
-    reference's evaluation). eval.report_act_steps adds the metrics after fewer or more
-    steps of the same pass as 'eval_at_act_steps/K/...' (test-time recursion: a model
-    trained with 8 steps evaluated after 1, 2, ..., 32).
+    reference's evaluation). `run(step, depths)` adds the metrics after fewer or more steps
+    of the same pass as 'eval_at_act_steps/K/...' (test-time recursion: a model trained
+    with 8 steps evaluated after 1, 2, ..., 32).
     """
 
     def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir):
@@ -71,9 +71,7 @@ class Evaluator:
         self.workdir = workdir
         self.global_batch = config.eval.global_batch_size
         self.act_steps = config.eval.act_steps or self.cfg.halt_max_steps
-        self.depths = sorted({int(k) for k in config.eval.report_act_steps} | {self.act_steps})
-        self.step_fn = runtime.compile(make_eval_step(self.model, self.depths[-1]), 'eval_step',
-                                       config.xla.max_different_graphs)
+        self.step_fns = {}   # deepest ACT step -> compiled eval step (rows halt there)
         num_buckets = len(buckets.edges)
         self.sums_fn = runtime.compile(
             lambda carry, outputs, bucket: batch_sums(carry, outputs, bucket, num_buckets, self.cfg), 'eval_sums')
@@ -87,7 +85,15 @@ class Evaluator:
             self.runtime.sync()
         return self._initial
 
-    def run(self, step):
+    def _step_fn(self, max_steps):
+        if max_steps not in self.step_fns:
+            self.step_fns[max_steps] = self.runtime.compile(make_eval_step(self.model, max_steps), 'eval_step',
+                                                            self.config.xla.max_different_graphs)
+        return self.step_fns[max_steps]
+
+    def run(self, step, depths=()):
+        depths = sorted({int(k) for k in depths} | {self.act_steps})
+        step_fn = self._step_fn(depths[-1])
         swap = self.ema is not None
         if swap:
             self.ema.swap_into()
@@ -99,9 +105,9 @@ class Evaluator:
                 batch = self.runtime.put_batch({k: host_batch[k] for k in BATCH_KEYS} | {'bucket': bucket})
                 carry = self._initial_carry()
                 all_halted = carry['halted']   # the fresh carry has every row halted
-                for depth in range(1, self.depths[-1] + 1):
-                    carry, outputs = self.step_fn(carry, batch)
-                    if depth in self.depths:
+                for depth in range(1, depths[-1] + 1):
+                    carry, outputs = step_fn(carry, batch)
+                    if depth in depths:
                         # Rows halt only at the last step: count every row at an earlier depth.
                         sums = self.sums_fn(dict(carry, halted=all_halted), outputs, batch['bucket'])
                         totals[depth] = sums if depth not in totals else {
@@ -117,7 +123,7 @@ class Evaluator:
         if outputs_kept and self.runtime.is_main_host:
             self._save_outputs(step, outputs_kept)
         result = self._summarize(host[self.act_steps])
-        for depth in self.depths:
+        for depth in depths:
             if depth != self.act_steps:
                 summary = self._summarize(host[depth])
                 for key in ('exact_accuracy', 'accuracy'):

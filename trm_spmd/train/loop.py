@@ -16,6 +16,7 @@ from trm_spmd.config import validate
 from trm_spmd.data.loader import Prefetcher
 from trm_spmd.errors import UserError
 from trm_spmd.model.flops import train_flops_per_example_step
+from trm_spmd.progress import format_duration
 from trm_spmd.runtime import create_runtime
 from trm_spmd.train.checkpoint_io import checkpoint_tree, initialize_from, restore_state
 from trm_spmd.train.data import open_dataset
@@ -85,7 +86,7 @@ def train_and_evaluate(config, workdir, source=None):
             print(f'initialised weights from {config.init_from or workdir}', flush=True)
         settle(trainer, runtime)
         if config.mode == 'eval':
-            last_eval = evaluator.run(step)
+            last_eval = evaluator.run(step, config.eval.report_act_steps)
             writer.write(step, last_eval)
             record.finish('done')
             record.print_summary(last_eval, 'eval')
@@ -124,6 +125,14 @@ def train_and_evaluate(config, workdir, source=None):
             if stop:
                 print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
                 break
+            if evaluate and 0 < config.train.stop_at_exact_accuracy <= last_eval['eval/exact_accuracy']:
+                print(f'reached train.stop_at_exact_accuracy={config.train.stop_at_exact_accuracy:g} at step {step}, '
+                      f'{format_duration(time.time() - started)} after the start; stopping', flush=True)
+                break
+        if config.eval.report_act_steps and not stop:
+            # The trained model at other depths: one more pass over the test split.
+            last_eval = evaluator.run(step, config.eval.report_act_steps)
+            writer.write(step, last_eval)
         status = 'preempted' if stop else 'done'
         record.finish(status, stop.reason)
         record.print_summary(last_eval, status)
