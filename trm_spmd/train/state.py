@@ -11,8 +11,8 @@ import os
 import numpy as np
 import torch
 
-from trm_spmd import fs
-from trm_spmd.checkpoint import to_numpy_tree
+from trm_spmd import fs, hosts
+from trm_spmd.checkpoint import restore_agreed, to_numpy_tree
 from trm_spmd.errors import UserError
 
 FORMAT = 1
@@ -65,9 +65,8 @@ def _load_model(model, tree):
         own[key].copy_(torch.from_numpy(value).to(own[key].dtype))
 
 
-def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, runtime):
-    """Loads checkpoint `step` into the live objects; returns the restored carry."""
-    tree, meta = checkpointer.restore(step)
+def load_training(tree, meta, model, optimizers, ema, loader, carry, runtime):
+    """Loads a restored (tree, meta) into the live objects; returns the restored carry."""
     _load_model(model, tree['model'])
     main, puzzle = optimizers
     _load_optimizer_state(main, tree['optim']['main'], 'main')
@@ -81,6 +80,22 @@ def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, 
     host = {k: np.asarray(tree['carry'][k])[start:stop] for k in carry}
     placed = runtime.put_batch(host)
     return {k: placed[k].to(carry[k].dtype) for k in carry}
+
+
+def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, runtime):
+    """Loads checkpoint `step` (verified) into the live objects; returns the restored carry."""
+    tree, meta = checkpointer.restore(step)
+    return load_training(tree, meta, model, optimizers, ema, loader, carry, runtime)
+
+
+def resume_training(checkpointer, model, optimizers, ema, loader, carry, runtime, report=print):
+    """(step, carry) of the newest checkpoint that every host can read and verify, loaded into
+    the live objects; None when there is none (a fresh start). Damaged checkpoints met on the
+    way are reported and moved aside (checkpoint.restore_agreed); every host gets the same step."""
+    found = restore_agreed(checkpointer, hosts.exchanger(runtime), report=report)
+    if found is None:
+        return None
+    return found.step, load_training(found.tree, found.meta, model, optimizers, ema, loader, carry, runtime)
 
 
 def initialize_from(source, model, ema, checkpointer, cfg):
