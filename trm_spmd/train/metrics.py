@@ -1,11 +1,15 @@
 """Metrics out of a run: metrics.jsonl, TensorBoard scalars, and a console progress line.
 
 Only host 0 writes. Values arrive already on the host (read in a step closure, one step
-late), so nothing here touches a device.
+late), so nothing here touches a device. A line of metrics.jsonl is appended whole or not
+at all: a write that fails half-way (a full disk) is cut back off before the error (one
+line, StorageError) reaches the run, so a resumed run never appends to a torn record.
 """
 
+import errno
 import json
 import math
+import os
 import sys
 import time
 
@@ -44,8 +48,7 @@ class MetricWriter:
             if time.time() - self._last_upload > self.REMOTE_FLUSH_SECONDS:
                 self._upload()
         else:
-            with open(self.path, 'a') as f:
-                f.write(line)
+            _append_whole(self.path, line.encode())
         if self._tb is not None:
             for name, value in record.items():
                 if name not in ('step', 'time') and isinstance(value, (int, float)):
@@ -68,6 +71,25 @@ class MetricWriter:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def _append_whole(path, data):
+    with fs.user_facing(path, 'append to'):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                done = 0
+                while done < len(data):
+                    written = os.write(fd, data[done:])
+                    if written == 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+                    done += written
+            except OSError:
+                os.ftruncate(fd, size)   # freeing, so it works on a full disk too
+                raise
+        finally:
+            os.close(fd)
 
 
 def _plain(value):
