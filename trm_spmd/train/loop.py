@@ -182,10 +182,10 @@ class _TrainLoop:
     # ---- state ------------------------------------------------------------------
     def _restore_or_init(self):
         carry, self.zero = device_state(self.trainer, self.runtime, self.batch)
-        latest = self.checkpointer.latest_step()
-        if latest is not None:
-            carry = state_lib.restore_training(self.checkpointer, latest, self.model, self.optimizers,
-                                               self.ema, self.loader, carry, self.runtime)
+        resumed = state_lib.resume_training(self.checkpointer, self.model, self.optimizers, self.ema,
+                                            self.loader, carry, self.runtime)
+        if resumed is not None:
+            latest, carry = resumed
             settle(self.trainer, self.runtime)
             print(f'resuming from step {latest} ({fs.join(self.workdir, "checkpoints", str(latest))})', flush=True)
             return latest, carry

@@ -82,12 +82,6 @@ def load_training(tree, meta, model, optimizers, ema, loader, carry, runtime):
     return {k: placed[k].to(carry[k].dtype) for k in carry}
 
 
-def restore_training(checkpointer, step, model, optimizers, ema, loader, carry, runtime):
-    """Loads checkpoint `step` (verified) into the live objects; returns the restored carry."""
-    tree, meta = checkpointer.restore(step)
-    return load_training(tree, meta, model, optimizers, ema, loader, carry, runtime)
-
-
 def resume_training(checkpointer, model, optimizers, ema, loader, carry, runtime, report=print):
     """(step, carry) of the newest checkpoint that every host can read and verify, loaded into
     the live objects; None when there is none (a fresh start). Damaged checkpoints met on the
