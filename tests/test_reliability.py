@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from trm_spmd import fs
-from trm_spmd.checkpoint import Checkpointer
+from trm_spmd.checkpoint import DAMAGED, Checkpointer
 from trm_spmd.train.metrics import MetricWriter
 from trm_spmd.train.loop import train_and_evaluate
 
@@ -176,3 +176,58 @@ def test_a_run_whose_disk_fills_stops_in_one_line_and_resumes_once_space_is_free
     assert 'eval/exact_accuracy' in final
     assert [r['step'] for r in train_lines(read_metrics(workdir))][-9:] == list(range(4, 13))
     assert json.loads((disk / 'run' / 'run.json').read_text())['status'] == 'done'
+
+
+# ---- a damaged newest checkpoint, through the training entry point -----------------------------
+def _final_state(workdir):
+    checkpointer = Checkpointer(workdir, keep=3, keep_best=0, async_save=False, is_main_host=False)
+    try:
+        found = checkpointer.restore_newest_good()
+    finally:
+        checkpointer.close()
+    return found
+
+
+def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_previous_one_exactly(tmp_path, capfd):
+    flags = {'train.total_steps': 12, 'checkpoint.every_steps': 3, 'train.eval_every_steps': 100,
+             'train.log_every_steps': 1, 'checkpoint.keep_best': 0, 'logging.tensorboard': False}
+    first = tmp_path / 'first'
+    train_and_evaluate(runlocal(**flags), str(first))
+    assert sorted(int(s) for s in os.listdir(first / 'checkpoints')) == [6, 9, 12]
+    damaged, direct = tmp_path / 'damaged', tmp_path / 'direct'
+    shutil.copytree(first, damaged)
+    shutil.copytree(first, direct)
+    # `direct` resumes from step 9 because 12 is not there; `damaged` because 12 is unreadable.
+    shutil.rmtree(direct / 'checkpoints' / '12')
+    step_dir = damaged / 'checkpoints' / '12' / 'state'
+    data = max((os.path.join(r, f) for r, _, names in os.walk(step_dir) for f in names if os.sep + 'd' in r),
+               key=os.path.getsize)
+    os.truncate(data, os.path.getsize(data) // 2)
+    capfd.readouterr()
+
+    train_and_evaluate(runlocal(**flags), str(damaged))
+    out = capfd.readouterr().out
+    report = [line for line in out.splitlines() if 'is unreadable' in line]
+    assert len(report) == 1 and report[0].startswith(f'checkpoint {damaged}/checkpoints/12 is unreadable: ')
+    assert 'resuming from step 9' in out and 'Traceback' not in out
+    [moved] = os.listdir(damaged / DAMAGED)
+    assert moved.startswith('12-') and os.path.exists(os.path.join(damaged, DAMAGED, moved, 'state'))
+
+    train_and_evaluate(runlocal(**flags), str(direct))
+    assert 'resuming from step 9' in capfd.readouterr().out
+    a, b = _final_state(str(damaged)), _final_state(str(direct))
+    assert a.step == b.step == 12 and a.meta == b.meta
+
+    def flat(tree, prefix=''):
+        out = {}
+        for key, value in tree.items():
+            out.update(flat(value, f'{prefix}{key}/') if isinstance(value, dict) else {prefix + key: value})
+        return out
+
+    fa, fb = flat(a.tree), flat(b.tree)
+    assert fa.keys() == fb.keys()
+    for key in fa:
+        np.testing.assert_array_equal(fa[key], fb[key], err_msg=key)
+    losses = {r['step']: r['train/loss'] for r in train_lines(read_metrics(str(damaged)))}
+    direct_losses = {r['step']: r['train/loss'] for r in train_lines(read_metrics(str(direct)))}
+    assert all(losses[s] == direct_losses[s] for s in range(10, 13))
