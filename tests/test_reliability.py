@@ -16,8 +16,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from trm_spmd import fs
+from trm_spmd import fs, lease
 from trm_spmd.checkpoint import DAMAGED, Checkpointer
+from trm_spmd.errors import UserError
 from trm_spmd.train.metrics import MetricWriter
 from trm_spmd.train.loop import train_and_evaluate
 
@@ -231,3 +232,28 @@ def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_previous_one_
     losses = {r['step']: r['train/loss'] for r in train_lines(read_metrics(str(damaged)))}
     direct_losses = {r['step']: r['train/loss'] for r in train_lines(read_metrics(str(direct)))}
     assert all(losses[s] == direct_losses[s] for s in range(10, 13))
+
+
+# ---- one run per workdir, and a config that may not change: the training loop's part ----------
+def test_a_second_run_in_a_leased_workdir_is_refused_and_a_finished_run_frees_it(tmp_path):
+    workdir = tmp_path / 'run'
+    workdir.mkdir()
+    holder = lease.acquire(str(workdir))
+    with pytest.raises(lease.LeaseHeld, match=f'^workdir {workdir} is in use by another run .*pid {os.getpid()}'):
+        train_and_evaluate(runlocal(), str(workdir))
+    assert sorted(os.listdir(workdir)) == ['.lease.lock', 'lease.json']
+    holder.release()
+    train_and_evaluate(runlocal(), str(workdir))
+    lease.acquire(str(workdir)).release()   # the run gave its lease back when it ended
+
+
+def test_a_refused_config_change_stops_the_resumed_run_in_one_line(tmp_path):
+    workdir = str(tmp_path / 'run')
+    train_and_evaluate(runlocal(), workdir)
+    before = (tmp_path / 'run' / 'config.json').read_text()
+    with pytest.raises(UserError, match=r'^--config\.optim\.lr changed from 0\.0001 to 0\.001 since'):
+        train_and_evaluate(runlocal(**{'optim.lr': 1e-3, 'train.total_steps': 8}), workdir)
+    assert (tmp_path / 'run' / 'config.json').read_text() == before
+    # An allowed change (a longer run at a constant learning rate, another log cadence) resumes.
+    train_and_evaluate(runlocal(**{'train.total_steps': 8, 'train.log_every_steps': 1}), workdir)
+    assert json.loads((tmp_path / 'run' / 'config.json').read_text())['train']['total_steps'] == 8
