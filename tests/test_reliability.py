@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -36,18 +37,20 @@ def _mount(path, options):
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """mount(size, read_only=False) -> a fresh tmpfs directory; unmounted at the end."""
+    """mount(size, read_only=False, at=None) -> a fresh tmpfs directory (at `at`, else a new one
+    under tmp_path); unmounted at the end."""
     mounted = []
 
-    def mount(size, read_only=False):
-        path = tmp_path / f'mnt{len(mounted)}'
+    def mount(size, read_only=False, at=None):
+        path = at or tmp_path / f'mnt{len(mounted)}'
         _mount(path, f'size={size}' + (',ro' if read_only else ''))
         mounted.append(path)
         return path
 
     yield mount
     for path in mounted:
-        subprocess.run(['umount', str(path)], check=False)
+        # Lazy: detached even while a file a failed writer left open keeps it busy.
+        subprocess.run(['umount', '-l', str(path)], check=False)
 
 
 def _fill(directory, leave_bytes):
@@ -152,6 +155,27 @@ def test_a_full_disk_while_writing_metrics_stops_in_one_line_and_leaves_whole_li
     lines = (disk / 'metrics.jsonl').read_text().splitlines()
     assert [json.loads(line)['step'] for line in lines] == list(range(1, written + 2))
     writer.close()
+
+
+def test_a_full_disk_under_tensorboard_stops_in_one_line_instead_of_hanging(tmp_path, tmpfs):
+    # Only the event files' filesystem is full: metrics.jsonl goes on, the events writer fails.
+    disk = tmpfs('1m', at=tmp_path / 'run' / 'tensorboard')
+    writer = MetricWriter(str(tmp_path / 'run'), tensorboard=True)
+    _fill(disk, 40_000)
+    outcome = []
+
+    def log():
+        try:
+            for step in range(1, 100_000):
+                writer.write(step, {f'train/x{i}': float(i) for i in range(20)})
+        except fs.StorageError as e:
+            outcome.append(str(e))
+
+    thread = threading.Thread(target=log, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), 'writing metrics hung on a full disk'
+    assert outcome and outcome[0].startswith(f'cannot write {disk}: No space left on device')
 
 
 def test_a_run_whose_disk_fills_stops_in_one_line_and_resumes_once_space_is_freed(tmpfs, capfd):

@@ -118,16 +118,21 @@ class Evaluator:
         np.savez(buffer, **merged)
         path = fs.join(self.workdir, 'eval', f'outputs_{step}.npz')
         fs.makedirs(fs.join(self.workdir, 'eval'))
-        if fs.is_remote(path):
-            import fsspec
-            with fsspec.open(path, 'wb') as f:
-                f.write(buffer.getvalue())
-        else:
-            tmp = path + '.tmp'
-            with open(tmp, 'wb') as f:
-                f.write(buffer.getvalue())
-            import os
-            os.replace(tmp, path)
+        with fs.user_facing(path, 'write'):
+            if fs.is_remote(path):
+                import fsspec
+                with fsspec.open(path, 'wb') as f:
+                    f.write(buffer.getvalue())
+            else:
+                import os
+                tmp = path + '.tmp'
+                try:
+                    with open(tmp, 'wb') as f:
+                        f.write(buffer.getvalue())
+                    os.replace(tmp, path)
+                finally:
+                    if os.path.exists(tmp):   # a write that failed half-way (a full disk)
+                        os.unlink(tmp)
 
     def _summarize(self, host):
         count = max(float(host['count']), 1.0)
