@@ -127,6 +127,13 @@ class Checkpointer:
         self._orbax_errors = OrbaxErrorLog()
         options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
                        cleanup_tmp_directories=self.writes, save_interval_steps=1 if self.writes else 0)
+        try:
+            self._open_managers(workdir, keep, keep_best, options)
+        except BaseException:
+            self._orbax_errors.release()
+            raise
+
+    def _open_managers(self, workdir, keep, keep_best, options):
         with self._writing():
             self.latest = ocp.CheckpointManager(
                 fs.join(workdir, 'checkpoints'),
