@@ -1,22 +1,59 @@
-"""Checkpoints with orbax-checkpoint: asynchronous, atomic, newest-K plus best-by-accuracy.
+"""Checkpoints with orbax-checkpoint: asynchronous, atomic, verified, newest-K plus best-by-accuracy.
 
 Two managers in two directories, because orbax's `best_fn` turns `max_to_keep` into "keep
 the K best", which can delete the newest checkpoint and break resume:
-  DIR/checkpoints/       the newest `checkpoint.keep` steps (resume reads these)
-  DIR/checkpoints_best/  the `checkpoint.keep_best` best by eval exact accuracy
+  DIR/checkpoints/          the newest `checkpoint.keep` steps (resume reads these)
+  DIR/checkpoints_best/     the `checkpoint.keep_best` best by eval exact accuracy
+  DIR/checkpoints_damaged/  checkpoints found unreadable, moved here (never deleted)
 orbax writes each step into a temporary directory and renames it when complete, so an
 interrupted write is never listed as a step.
 
+A complete step can still be damaged later (a half-copied bucket, a disk fault, a file
+truncated by hand). Every read checks it before any value is used: orbax's own metadata
+is present and parses, orbax reads every array, and the arrays and meta match the SHA-256
+record written with them (trm_spmd.checksums). A checkpoint failing any check is reported
+in one line and moved to checkpoints_damaged/; resuming goes on with the next newest
+(a copy of the same step in checkpoints_best/ first). Checkpoints written before the
+record existed are read with orbax's checks only.
+
 The state is replicated on every device (data parallelism), so it is saved as plain numpy
 arrays. With host-local disks every host writes its own identical copy; with a bucket (or
-processes of one machine) only host 0 writes and every host reads.
+processes of one machine) only host 0 writes and every host reads. Which step a pod
+resumes from is decided together (restore_agreed).
 """
+
+import collections
+import contextlib
+import json
+import os
+import time
 
 import numpy as np
 import orbax.checkpoint as ocp
 import torch
 
-from trm_spmd import fs
+from trm_spmd import checksums, fs
+from trm_spmd.errors import UserError
+from trm_spmd.orbax_noise import OrbaxErrorLog, drop_closed_loop_callbacks
+
+DAMAGED = 'checkpoints_damaged'
+
+# A checkpoint found good: its step, state tree, meta (without the checksum record), directory.
+Restored = collections.namedtuple('Restored', 'step tree meta path')
+# A damaged checkpoint moved aside: its step, where it was, where it is now, and why.
+MovedAside = collections.namedtuple('MovedAside', 'step source destination reason')
+
+
+class DamagedCheckpoint(UserError):
+    """A checkpoint that fails a check; `reason` says which."""
+
+    def __init__(self, path, reason):
+        super().__init__(f'checkpoint {path} is unreadable: {reason}')
+        self.path, self.reason = path, reason
+
+
+class NoReadableCheckpoint(UserError):
+    pass
 
 
 def to_numpy_tree(tree):
@@ -33,57 +70,312 @@ def to_numpy_tree(tree):
     return tree
 
 
+# tensorstore reports storage errors as ValueError('<STATUS>: ...'). These say that the
+# storage could not be reached or refused us, not that the bytes are bad: moving the
+# checkpoint aside would be wrong, the run stops instead and the checkpoint stays.
+_STORAGE_STATUSES = ('PERMISSION_DENIED', 'UNAUTHENTICATED', 'UNAVAILABLE', 'DEADLINE_EXCEEDED',
+                     'RESOURCE_EXHAUSTED', 'CANCELLED', 'ABORTED')
+# The same for google-cloud / gcsfs exceptions, by class name (their packages are optional).
+_STORAGE_ERRORS = ('Forbidden', 'Unauthorized', 'ServiceUnavailable', 'TooManyRequests', 'GatewayTimeout',
+                   'InternalServerError', 'RetryError', 'TransportError', 'RefreshError', 'HttpError')
+
+
+def is_not_damage(error):
+    """True when a failed read says nothing about the checkpoint's bytes: the storage was
+    unreachable or refused us, or this machine ran out of memory."""
+    if isinstance(error, (PermissionError, ConnectionError, TimeoutError, MemoryError)):
+        return True
+    if type(error).__name__ in _STORAGE_ERRORS:
+        return True
+    text = str(error)
+    return any(text.startswith(status + ':') for status in _STORAGE_STATUSES)
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:300]
+
+
+def _metadata_problem(path):
+    """Why orbax's metadata of the step at `path` is unusable, or None. orbax itself restores
+    a step whose _CHECKPOINT_METADATA is gone, but a step missing any file is not the step
+    that was committed (a half-copied bucket), so nothing in it is trusted."""
+    for name in ('_CHECKPOINT_METADATA', 'state/_METADATA', 'meta/metadata'):
+        file = fs.join(path, name)
+        if not fs.exists(file):
+            return f"orbax's {name} is missing"
+        try:
+            json.loads(fs.read_text(file))
+        except (ValueError, UnicodeDecodeError):   # JSONDecodeError is a ValueError
+            return f"orbax's {name} does not parse"
+    return None
+
+
 class Checkpointer:
     def __init__(self, workdir, keep, keep_best, async_save, is_main_host, shared_filesystem=False):
         workdir = fs.absolute(workdir)
         self.workdir = workdir
-        self.writes = is_main_host or not (fs.is_remote(workdir) or shared_filesystem)
+        self.writes = fs.writes_workdir(workdir, is_main_host, shared_filesystem)
+        self.moved_aside = []          # MovedAside of every damaged checkpoint this checkpointer moved
+        self._write_failure_reported = False
+        drop_closed_loop_callbacks()
+        self._orbax_errors = OrbaxErrorLog()
         options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
                        cleanup_tmp_directories=self.writes, save_interval_steps=1 if self.writes else 0)
-        self.latest = ocp.CheckpointManager(
-            fs.join(workdir, 'checkpoints'),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options))
-        self.best = None
-        if keep_best > 0:
-            self.best = ocp.CheckpointManager(
-                fs.join(workdir, 'checkpoints_best'),
-                options=ocp.CheckpointManagerOptions(
-                    max_to_keep=keep_best, best_fn=lambda m: m['eval/exact_accuracy'], best_mode='max',
-                    keep_checkpoints_without_metrics=False, **options))
+        try:
+            self._open_managers(workdir, keep, keep_best, options)
+        except BaseException:
+            self._orbax_errors.release()
+            raise
+
+    def _open_managers(self, workdir, keep, keep_best, options):
+        with self._writing():
+            self.latest = ocp.CheckpointManager(
+                fs.join(workdir, 'checkpoints'),
+                options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options))
+            self.best = None
+            if keep_best > 0:
+                self.best = ocp.CheckpointManager(
+                    fs.join(workdir, 'checkpoints_best'),
+                    options=ocp.CheckpointManagerOptions(
+                        max_to_keep=keep_best, best_fn=lambda m: m['eval/exact_accuracy'], best_mode='max',
+                        keep_checkpoints_without_metrics=False, **options))
 
     def latest_step(self):
         self.latest.reload()
         return self.latest.latest_step()
 
+    # ---- writing ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self):
+        """A full disk or a refused directory, reported by orbax now or from an earlier
+        asynchronous save, becomes one line; the newest complete checkpoint stays as it was."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - classified below, re-raised when not the user's to fix
+            error = fs.storage_error(self.workdir, 'write a checkpoint in', e)
+            if error is None:
+                raise
+            self._orbax_errors.discard()
+            self._write_failure_reported = True
+            raise error from None
+
     def save(self, step, state, meta, eval_metrics=None):
         """Starts writing `state` (a tree of numpy arrays) for `step`; returns at once when async."""
         if not self.writes:
             return
+        meta = checksums.attach(state, meta)
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-        if step not in self.latest.all_steps():
-            self.latest.save(step, args=args, force=True)
-        if self.best is not None and eval_metrics is not None and step not in self.best.all_steps():
-            self.best.save(step, args=args, metrics={'eval/exact_accuracy': eval_metrics['eval/exact_accuracy']},
-                           force=True)
+        with self._writing():
+            if step not in self.latest.all_steps():
+                self.latest.save(step, args=args, force=True)
+            if self.best is not None and eval_metrics is not None and step not in self.best.all_steps():
+                self.best.save(step, args=args, metrics={'eval/exact_accuracy': eval_metrics['eval/exact_accuracy']},
+                               force=True)
+
+    def wait(self):
+        with self._writing():
+            self.latest.wait_until_finished()
+            if self.best is not None:
+                self.best.wait_until_finished()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        try:
+            self.wait()
+        except fs.StorageError:
+            if not self._write_failure_reported:
+                raise
+            # Already reported by save(): the one line the user sees is that one.
+        finally:
+            self.latest.close()
+            if self.best is not None:
+                self.best.close()
+            self._orbax_errors.release()
+
+    # ---- reading ----------------------------------------------------------------
+    def _managers(self):
+        return [m for m in (self.latest, self.best) if m is not None]
+
+    def _read(self, manager, step):
+        """(tree, meta) of `step` in `manager`, every check passed; else DamagedCheckpoint, or a
+        UserError when the storage itself could not be read (the checkpoint is then left alone)."""
+        path = fs.join(str(manager.directory), str(step))
+        try:
+            problem = _metadata_problem(path)
+            if problem:
+                raise DamagedCheckpoint(path, problem)
+            restored = manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+        except DamagedCheckpoint:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure to read the bytes back is damage...
+            if is_not_damage(e):   # ...except the storage's or the machine's own failure
+                raise UserError(f'cannot read checkpoint {path}: {_first_line(e)}; it was left in place: '
+                                f'fix the cause and rerun') from None
+            raise DamagedCheckpoint(path, _first_line(e)) from None
+        tree, (meta, record) = restored['state'], checksums.detach(restored['meta'])
+        if record is not None:
+            problem = checksums.mismatch(tree, meta, record)
+            if problem:
+                raise DamagedCheckpoint(path, problem)
+        return tree, meta
 
     def restore(self, step=None, directory=None):
-        """(state, meta) of `step` (default the newest) from the newest-K directory or `directory`."""
+        """(state, meta) of `step` (default the newest) from the newest-K directory or `directory`,
+        verified; DamagedCheckpoint (one line) when it fails a check. Nothing is moved."""
         manager = self.latest
         if directory is not None:
             manager = ocp.CheckpointManager(fs.absolute(directory), options=ocp.CheckpointManagerOptions(
                 read_only=True, create=False, save_interval_steps=0))
+        else:
+            manager.reload()
         step = manager.latest_step() if step is None else step
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
-        return restored['state'], restored['meta']
+        if step is None or step not in manager.all_steps():
+            raise FileNotFoundError(f'no checkpoint in {manager.directory}' if step is None
+                                    else f'no checkpoint of step {step} in {manager.directory}')
+        return self._read(manager, step)
 
-    def wait(self):
-        self.latest.wait_until_finished()
-        if self.best is not None:
-            self.best.wait_until_finished()
+    def restore_step(self, step):
+        """Restored for `step` from the first copy of it that passes every check (newest-K, then
+        best). Nothing is moved: for hosts that read what another host writes."""
+        problems = []
+        for manager in self._managers():
+            manager.reload()
+            if step in manager.all_steps():
+                try:
+                    tree, meta = self._read(manager, step)
+                    return Restored(step, tree, meta, fs.join(str(manager.directory), str(step)))
+                except DamagedCheckpoint as e:
+                    problems.append(str(e))
+        raise DamagedCheckpoint(fs.join(self.workdir, 'checkpoints', str(step)),
+                                '; '.join(problems) or 'no such step (host 0 chose it: is the storage shared?)')
 
-    def close(self):
-        self.wait()
-        self.latest.close()
-        if self.best is not None:
-            self.best.close()
+    def _candidates(self, at_most):
+        """(step, manager) newest first; for one step, the newest-K copy before the best one."""
+        found = []
+        for rank, manager in enumerate(self._managers()):
+            manager.reload()
+            found += [(step, rank, manager) for step in manager.all_steps() if at_most is None or step <= at_most]
+        return [(step, manager) for step, _, manager in sorted(found, key=lambda c: (-c[0], c[1]))]
+
+    def _move_aside(self, manager, step, reason):
+        source = fs.join(str(manager.directory), str(step))
+        prefix = '' if manager is self.latest else 'best-'
+        name = f'{prefix}{step}-{time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())}'
+        destination = fs.join(self.workdir, DAMAGED, name)
+        n = 1
+        while fs.exists(destination):
+            n += 1
+            destination = fs.join(self.workdir, DAMAGED, f'{name}.{n}')
+        fs.move(source, destination)
+        fs.write_text(fs.join(destination, 'DAMAGED.json'), json.dumps(
+            {'step': step, 'moved_from': source, 'reason': reason, 'time': time.time()}, indent=2))
+        manager.reload()
+        moved = MovedAside(step, source, destination, reason)
+        self.moved_aside.append(moved)
+        return moved
+
+    def restore_newest_good(self, at_most=None, report=print):
+        """Restored for the newest checkpoint (at most step `at_most`) that passes every check,
+        or None when there is none to resume from.
+
+        Each damaged one met on the way is reported (one line through `report`) and, on a host
+        that writes, moved to DIR/checkpoints_damaged/. With `at_most` None, finding nothing
+        readable while damaged checkpoints exist raises NoReadableCheckpoint: starting over
+        silently would mix a new run into this workdir's record."""
+        tried = []
+        for step, manager in self._candidates(at_most):
+            try:
+                tree, meta = self._read(manager, step)
+            except DamagedCheckpoint as e:
+                if self.writes:
+                    moved = self._move_aside(manager, step, e.reason)
+                    report(f'{e}; moved to {moved.destination}, trying the next newest')
+                else:
+                    report(f'{e}; skipped (the host that writes this workdir moves it aside)')
+                tried.append(step)
+                continue
+            return Restored(step, tree, meta, fs.join(str(manager.directory), str(step)))
+        damaged_dir = fs.join(self.workdir, DAMAGED)
+        if at_most is None and (tried or (fs.exists(damaged_dir) and not _empty(damaged_dir))):
+            what = f'step(s) {", ".join(map(str, tried))} are damaged' if tried else 'none is left'
+            raise NoReadableCheckpoint(
+                f'no readable checkpoint in {self.workdir}: {what}, and damaged ones are kept in {damaged_dir}; '
+                f'start a new run with another --workdir, or move that directory away to start this one over')
+        return None
+
+
+def _empty(directory):
+    if fs.is_remote(directory):
+        return not fs._fs(directory).ls(directory)
+    return not os.listdir(directory)
+
+
+# ---- which step a pod resumes from ---------------------------------------------------------
+def resume_decision(proposals):
+    """What the hosts do next, from every host's proposal for this round (pure, for tests).
+
+    proposals[i] is host i's: {'step': s} (its newest good checkpoint, at most the current
+    bound; None: it has none), {'follow': True} (it reads what another host writes, and
+    takes the writers' choice), or {'error': line}. Returns one of
+      ('resume', step or None)  every writer proposes the same step: resume from it (None: fresh start)
+      ('retry', bound)          writers differ: each looks again for its newest good step <= bound
+      ('error', line)           a host failed, or a host has no checkpoint while another has
+    """
+    for i, p in enumerate(proposals):
+        if 'error' in p:
+            return 'error', p['error'] if len(proposals) == 1 else f'host {i}: {p["error"]}'
+    writers = [(i, p['step']) for i, p in enumerate(proposals) if 'step' in p]
+    if not writers:
+        return 'error', 'no host writes this workdir, so no host can choose the checkpoint to resume from'
+    steps = {s for _, s in writers}
+    if len(steps) == 1:
+        return 'resume', steps.pop()
+    if None in steps:
+        empty = next(i for i, s in writers if s is None)
+        host, step = max(((i, s) for i, s in writers if s is not None), key=lambda w: w[1])
+        return 'error', (f'host {empty} has no readable checkpoint while host {host} has step {step}: the hosts\' '
+                         f'disks differ; copy host {host}\'s checkpoints to every host, or start a new --workdir')
+    return 'retry', min(steps)
+
+
+def restore_agreed(checkpointer, exchange, report=print):
+    """Restored for the step every host resumes from (None on every host: a fresh start).
+
+    `exchange(x)` gives every host's `x` in host order (hosts.exchanger). Writers (every host
+    of host-local disks, host 0 of a shared workdir) each find their newest good checkpoint;
+    while they differ, each looks again at or below the lowest; followers restore the agreed
+    step from the shared storage. A failure on any host raises the same UserError on all."""
+    bound, found = None, None
+    while True:
+        if checkpointer.writes:
+            try:
+                if found is None or bound is None or found.step > bound:
+                    found = checkpointer.restore_newest_good(at_most=bound, report=report)
+                proposal = {'step': None if found is None else found.step}
+            except UserError as e:
+                proposal = {'error': str(e)}
+        else:
+            proposal = {'follow': True}
+        kind, value = resume_decision(exchange(proposal))
+        if kind == 'error':
+            raise UserError(value)
+        if kind == 'resume':
+            break
+        bound = value
+    problem = None
+    if not checkpointer.writes and value is not None:
+        try:
+            found = checkpointer.restore_step(value)
+        except UserError as e:
+            problem = str(e)
+    kind, line = resume_decision(exchange({'error': problem} if problem else {'step': value}))
+    if kind == 'error':
+        raise UserError(line)
+    return found if value is not None else None

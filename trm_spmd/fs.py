@@ -2,17 +2,73 @@
 
 Files are written whole and atomically (write_text, write_bytes): a reader sees the old
 file or the new one, never a part.
+
+A write the filesystem refuses for a reason the user can fix (full disk, read-only or
+foreign directory, a file where a directory should be) raises StorageError: one line
+naming the path, the cause and the fix, instead of an OSError traceback.
 """
 
+import contextlib
+import errno
 import glob as globlib
 import os
 import tempfile
 
 from trm_spmd.errors import UserError
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+
+# errno -> what to do. Everything else an OSError can be is a bug or a hardware fault: left as is.
+_FIXES = {
+    errno.ENOSPC: 'free space there (or use a --workdir on a larger disk) and rerun the same command: '
+                  'it resumes from the newest complete checkpoint',
+    errno.EDQUOT: 'raise the quota or free space, then rerun the same command: it resumes from the newest '
+                  'complete checkpoint',
+    errno.EROFS: 'pick a --workdir on a writable filesystem',
+    errno.EACCES: 'pick a --workdir you can write, or fix its permissions',
+    errno.EPERM: 'pick a --workdir you can write, or fix its permissions',
+    errno.ENOTDIR: 'a file stands where a directory is needed: pick another --workdir',
+    errno.EEXIST: 'a file stands where a directory is needed: pick another --workdir',
+    errno.ENAMETOOLONG: 'pick a shorter --workdir',
+}
+# How tensorstore (orbax's storage layer) reports the same causes: an os error code in its message.
+_TENSORSTORE_ERRNO = {f"[os_error_code='{code}']": code for code in _FIXES}
+
+
+class StorageError(UserError):
+    """The filesystem refused a write (or read) for a reason the user can fix."""
+
+
+def storage_errno(error):
+    """The errno behind `error` when it is one the user can fix (see _FIXES), else None."""
+    if isinstance(error, OSError) and error.errno in _FIXES:
+        return error.errno
+    text = str(error)
+    for marker, code in _TENSORSTORE_ERRNO.items():
+        if marker in text:
+            return code
+    return None
+
+
+def storage_error(path, action, error):
+    """StorageError for `error` while `action`-ing `path`, or None when it is not a fixable cause."""
+    code = storage_errno(error)
+    if code is None:
+        return None
+    return StorageError(f'cannot {action} {path}: {os.strerror(code)}; {_FIXES[code]}')
+
+
+@contextlib.contextmanager
+def user_facing(path, action):
+    """Re-raises a fixable OSError inside the block as a one-line StorageError."""
+    try:
+        yield
+    except OSError as e:
+        converted = storage_error(path, action, e)
+        if converted is None:
+            raise
+        raise converted from None
 
 
 def is_remote(path):
@@ -22,6 +78,12 @@ def is_remote(path):
 def absolute(path):
     """Local paths made absolute (orbax/tensorstore refuse relative ones); URLs unchanged."""
     return path if is_remote(path) else os.path.abspath(path)
+
+
+def writes_workdir(workdir, is_main_host, shared_filesystem=False):
+    """Whether this host writes `workdir`: host 0 of a bucket or of a filesystem the hosts share,
+    every host of host-local disks (each keeps its own identical copy)."""
+    return is_main_host or not (is_remote(workdir) or shared_filesystem)
 
 
 def join(*parts):
@@ -41,10 +103,11 @@ def exists(path):
 
 
 def makedirs(path):
-    if is_remote(path):
-        _fs(path).makedirs(path, exist_ok=True)
-    else:
-        os.makedirs(path, exist_ok=True)
+    with user_facing(path, 'create'):
+        if is_remote(path):
+            _fs(path).makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(path, exist_ok=True)
 
 
 def read_text(path):
@@ -55,6 +118,17 @@ def read_text(path):
         return f.read()
 
 
+def move(source, destination):
+    """Moves a directory to a new name. On a bucket this is a copy of every object and then
+    a delete: an interruption leaves both copies, never neither."""
+    with user_facing(destination, 'move a directory to'):
+        if is_remote(source):
+            _fs(source).mv(source, destination, recursive=True)
+            return
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        os.rename(source, destination)
+
+
 def write_text(path, text):
     """Replaces the file at `path` with `text`, never leaving a partly written file."""
     write_bytes(path, text.encode())
@@ -63,6 +137,11 @@ def write_text(path, text):
 def write_bytes(path, data):
     """Replaces the file at `path` with `data`: a local temp file synced and renamed into
     place, or one object upload (objects on a bucket appear whole or not at all)."""
+    with user_facing(path, 'write'):
+        _write_bytes(path, data)
+
+
+def _write_bytes(path, data):
     if is_remote(path):
         with _fs(path).open(path, 'wb') as f:
             f.write(data)

@@ -53,3 +53,27 @@ def check_agreement(runtime, config, group=None):
     problem = compare(exchange(fingerprint(config), group))
     if problem:
         raise UserError(problem)
+
+
+def exchanger(runtime, group=None):
+    """exchange(x) -> [x of host 0, x of host 1, ...]; on one host, [x]."""
+    if runtime.process_count <= 1 and group is None:
+        return lambda value: [value]
+    group = group if group is not None else runtime.cpu_process_group()
+    return lambda value: exchange(value, group)
+
+
+def first_problem(problems):
+    """problems[i]: host i's one-line problem or None -> the first, naming its host on a pod."""
+    for i, problem in enumerate(problems):
+        if problem:
+            return problem if len(problems) == 1 else f'host {i}: {problem}'
+    return None
+
+
+def agree(exchange_fn, problem):
+    """Every host passes its own problem (or None); every host raises the first one, so that no
+    host goes on alone into a collective the others never reach."""
+    first = first_problem(exchange_fn(problem))
+    if first:
+        raise UserError(first)

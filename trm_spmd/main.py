@@ -15,6 +15,8 @@ FLAGS = flags.FLAGS
 define_config_flag()
 flags.DEFINE_string('workdir', None, 'Run directory (local path or gs://); rerunning with it resumes.')
 flags.DEFINE_bool('dry_run', False, 'Print the resolved config, its hash, the mesh and batch split; do not train.')
+flags.DEFINE_bool('takeover_stale_lease', False,
+                  'Take over the workdir from a run that stopped renewing its lease (never from a live one).')
 flags.mark_flags_as_required(['config'])
 
 
@@ -28,7 +30,7 @@ def main(argv):
     if not FLAGS.workdir:
         raise errors.UserError('--workdir is required to train (or pass --dry_run)')
     from trm_spmd.train.loop import train_and_evaluate
-    train_and_evaluate(config, FLAGS.workdir, source=config_source())
+    train_and_evaluate(config, FLAGS.workdir, source=config_source(), takeover_stale_lease=FLAGS.takeover_stale_lease)
 
 
 def run():

@@ -6,13 +6,15 @@ train_and_evaluate. The device work is in step.py (train_step, one compiled grap
 curriculum stage) and evaluate.py; what a checkpoint holds is in checkpoint_io.py.
 """
 
+import contextlib
 import signal
 import threading
 import time
 
 from trm_spmd import fs, hosts
-from trm_spmd.checkpoint import Checkpointer
-from trm_spmd.config import validate
+from trm_spmd import lease as lease_lib
+from trm_spmd.checkpoint import Checkpointer, restore_agreed
+from trm_spmd.config import config_hash, validate
 from trm_spmd.data.loader import Prefetcher
 from trm_spmd.errors import UserError
 from trm_spmd.model.flops import train_flops_per_example_step
@@ -43,10 +45,12 @@ class StopRequest:
         return bool(self.reason)
 
 
-def train_and_evaluate(config, workdir, source=None):
+def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False):
     """Trains `config` in `workdir`, resuming from its newest checkpoint, and returns the last
     evaluation's metrics. With config.mode 'eval' it evaluates config.init_from (default:
-    the workdir's newest checkpoint) instead."""
+    the workdir's newest checkpoint) instead. The run holds a lease on `workdir` for its
+    whole life (lease.py): a second run there is refused, unless the lease is stale and
+    takeover_stale_lease is set."""
     started, workdir = time.time(), fs.absolute(workdir)
 
     # ---- devices, hosts, data ------------------------------------------------------------
@@ -64,85 +68,89 @@ def train_and_evaluate(config, workdir, source=None):
     train_steps = compile_train_steps(trainer, config, runtime, total_steps)
     evaluator = Evaluator(trainer, config, runtime, dataset.eval_batches(), dataset.difficulty_buckets(), workdir)
 
-    # ---- the run directory: its record, checkpoints and metrics --------------------------
-    record = RunRecord.start(workdir, config, source, runtime, trainer, total_steps, started)
-    checkpointer = Checkpointer(workdir, config.checkpoint.keep, config.checkpoint.keep_best,
-                                config.checkpoint.async_save, runtime.is_main_host, runtime.shared_filesystem)
-    writer = MetricWriter(workdir, enabled=runtime.is_main_host, tensorboard=config.logging.tensorboard)
-    log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.num_groups,
-                   train_flops_per_example_step(trainer.cfg), stages)
-    stop, batches, last_eval = StopRequest(), None, {}
-    try:
-        # ---- where the run starts: its newest checkpoint, else init_from, else fresh -----
-        step = checkpointer.latest_step() or 0
-        state = initial_state(trainer, runtime, batch_size, step)
-        if step:
-            tree, meta = checkpointer.restore(step)
-            loader.check_position(meta['loader'])
-            state = restore_state(trainer, tree, state, runtime)
-            print(f'resuming from step {step} ({fs.join(workdir, "checkpoints", str(step))})', flush=True)
-        elif config.init_from or config.mode == 'eval':
-            initialize_from(config.init_from or workdir, trainer, checkpointer)
-            print(f'initialised weights from {config.init_from or workdir}', flush=True)
-        settle(trainer, runtime)
-        if config.mode == 'eval':
-            last_eval = evaluator.run(step, config.eval.report_act_steps)
-            writer.write(step, last_eval)
-            record.finish('done')
-            record.print_summary(last_eval, 'eval')
-            return last_eval
-        if step >= total_steps:
-            print(f'nothing to do: the run already reached step {step} of {total_steps}', flush=True)
-            last_eval = evaluator.run(step)
-        log.start(step)
-
-        # ---- the loop -----------------------------------------------------------------------
-        batches = Prefetcher(loader.batch_at, start=step, depth=config.data.prefetch)
-        pending = []   # each step's metrics, on the device until the next read
-        while step < total_steps:
-            batch = runtime.put_batch(next(batches))   # this host's rows -> one global batch sharded along `data`
-            state, metrics = train_steps[stage_at(stages, step)](state, batch)   # every device, one graph
-            step += 1
-            pending.append(metrics)
-            evaluate = itstime(step, eval_every, total_steps)
-            save = evaluate or itstime(step, config.checkpoint.every_steps, total_steps) or stop
-            if save or itstime(step, config.train.log_every_steps, total_steps):
-                # Values come back to the host here only (waiting for this step): before every
-                # checkpoint, so a non-finite update never reaches one.
-                scalars = log.write(step, read_metrics(runtime, pending))
-                pending = []
-                if scalars['train/nonfinite_steps'] and config.train.nan_policy == 'stop':
-                    raise NonFiniteLoss(
-                        f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
-                        f'{fs.join(workdir, "checkpoints")} (lower optim.lr, or set train.nan_policy=skip)')
-            if evaluate:
-                last_eval = evaluator.run(step)
+    # ---- the run directory: a lease on it, its record, checkpoints and metrics ------------
+    with contextlib.ExitStack() as cleanup:
+        fs.makedirs(workdir)   # only now: a run that cannot start leaves nothing behind
+        exchange = hosts.exchanger(runtime)
+        lease = cleanup.enter_context(lease_lib.acquire_for_run(workdir, runtime, config_hash(config),
+                                                                takeover_stale_lease))
+        checkpointer = cleanup.enter_context(Checkpointer(
+            workdir, config.checkpoint.keep, config.checkpoint.keep_best, config.checkpoint.async_save,
+            runtime.is_main_host, runtime.shared_filesystem))
+        record = RunRecord.start(workdir, config, source, runtime, trainer, total_steps, started,
+                                 resuming=checkpointer.latest_step() is not None)
+        writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard))
+        cleanup.callback(runtime.wait)
+        log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.num_groups,
+                       train_flops_per_example_step(trainer.cfg), stages)
+        stop, last_eval = StopRequest(), {}
+        try:
+            # ---- where the run starts: its newest good checkpoint, else init_from, else fresh
+            restored = restore_agreed(checkpointer, exchange)   # damaged ones are moved aside
+            step = restored.step if restored else 0
+            state = initial_state(trainer, runtime, batch_size, step)
+            if restored:
+                loader.check_position(restored.meta['loader'])
+                state = restore_state(trainer, restored.tree, state, runtime)
+                print(f'resuming from step {step} ({restored.path})', flush=True)
+            elif config.init_from or config.mode == 'eval':
+                initialize_from(config.init_from or workdir, trainer, checkpointer)
+                print(f'initialised weights from {config.init_from or workdir}', flush=True)
+            settle(trainer, runtime)
+            if config.mode == 'eval':
+                last_eval = evaluator.run(step, config.eval.report_act_steps)
                 writer.write(step, last_eval)
-                log.print_eval(step, last_eval)
-            if save:
-                tree, meta = checkpoint_tree(trainer, state, step, loader.position(step), runtime)
-                checkpointer.save(step, tree, meta, last_eval if evaluate else None)
-            if stop:
-                print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
-                break
-            if evaluate and 0 < config.train.stop_at_exact_accuracy <= last_eval['eval/exact_accuracy']:
-                print(f'reached train.stop_at_exact_accuracy={config.train.stop_at_exact_accuracy:g} at step {step}, '
-                      f'{format_duration(time.time() - started)} after the start; stopping', flush=True)
-                break
-        if config.eval.report_act_steps and not stop:
-            # The trained model at other depths: one more pass over the test split.
-            last_eval = evaluator.run(step, config.eval.report_act_steps)
-            writer.write(step, last_eval)
-        status = 'preempted' if stop else 'done'
-        record.finish(status, stop.reason)
-        record.print_summary(last_eval, status)
-        return last_eval
-    except BaseException as e:
-        record.finish(*(('nan', str(e)) if isinstance(e, NonFiniteLoss) else ('failed', f'{type(e).__name__}: {e}')))
-        raise
-    finally:
-        if batches is not None:
-            batches.close()
-        runtime.wait()
-        checkpointer.close()
-        writer.close()
+                record.finish('done')
+                record.print_summary(last_eval, 'eval')
+                return last_eval
+            if step >= total_steps:
+                print(f'nothing to do: the run already reached step {step} of {total_steps}', flush=True)
+                last_eval = evaluator.run(step)
+            log.start(step)
+
+            # ---- the loop -------------------------------------------------------------------
+            batches = cleanup.enter_context(Prefetcher(loader.batch_at, start=step, depth=config.data.prefetch))
+            pending = []   # each step's metrics, on the device until the next read
+            while step < total_steps:
+                batch = runtime.put_batch(next(batches))   # this host's rows -> one global batch sharded along `data`
+                state, metrics = train_steps[stage_at(stages, step)](state, batch)   # every device, one graph
+                step += 1
+                pending.append(metrics)
+                evaluate = itstime(step, eval_every, total_steps)
+                save = evaluate or itstime(step, config.checkpoint.every_steps, total_steps) or stop
+                if save or itstime(step, config.train.log_every_steps, total_steps):
+                    # Values come back to the host here only (waiting for this step): before every
+                    # checkpoint, so a non-finite update never reaches one.
+                    scalars = log.write(step, read_metrics(runtime, pending))
+                    pending = []
+                    if scalars['train/nonfinite_steps'] and config.train.nan_policy == 'stop':
+                        raise NonFiniteLoss(
+                            f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
+                            f'{fs.join(workdir, "checkpoints")} (set train.nan_policy=skip to skip such steps, '
+                            f'or start a new --workdir with a lower optim.lr)')
+                if evaluate:
+                    last_eval = evaluator.run(step)
+                    writer.write(step, last_eval)
+                    log.print_eval(step, last_eval)
+                if save:
+                    lease_lib.check_agreed(lease, exchange)   # another run took the workdir: write nothing
+                    tree, meta = checkpoint_tree(trainer, state, step, loader.position(step), runtime)
+                    checkpointer.save(step, tree, meta, last_eval if evaluate else None)
+                if stop:
+                    print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
+                    break
+                if evaluate and 0 < config.train.stop_at_exact_accuracy <= last_eval['eval/exact_accuracy']:
+                    print(f'reached train.stop_at_exact_accuracy={config.train.stop_at_exact_accuracy:g} at step '
+                          f'{step}, {format_duration(time.time() - started)} after the start; stopping', flush=True)
+                    break
+            if config.eval.report_act_steps and not stop:
+                # The trained model at other depths: one more pass over the test split.
+                last_eval = evaluator.run(step, config.eval.report_act_steps)
+                writer.write(step, last_eval)
+            status = 'preempted' if stop else 'done'
+            record.finish(status, stop.reason)
+            record.print_summary(last_eval, status)
+            return last_eval
+        except BaseException as e:
+            record.finish(*(('nan', str(e)) if isinstance(e, NonFiniteLoss) else ('failed', f'{type(e).__name__}: {e}')))
+            raise

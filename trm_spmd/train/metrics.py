@@ -1,9 +1,14 @@
 """Metrics out of a run: the training scalars of a log window, metrics.jsonl and TensorBoard.
 
 Only host 0 writes. Values arrive already on the host, so nothing here touches a device.
+A line of metrics.jsonl is appended whole or not at all: a write that fails half-way (a
+full disk) is cut back off before the error (one line, StorageError) reaches the run, so
+a resumed run never appends to a torn record.
 """
 
+import errno
 import json
+import os
 import sys
 import time
 
@@ -30,8 +35,7 @@ class MetricWriter:
         if self._remote and fs.exists(self.path):
             self._lines = fs.read_text(self.path).splitlines(keepends=True)
         if tensorboard:
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(logdir=fs.join(workdir, 'tensorboard'), flush_secs=30)
+            self._tb = _EventFile(fs.join(workdir, 'tensorboard'))
 
     def write(self, step, scalars):
         if not self.enabled:
@@ -44,12 +48,10 @@ class MetricWriter:
             if time.time() - self._last_upload > self.REMOTE_FLUSH_SECONDS:
                 self._upload()
         else:
-            with open(self.path, 'a') as f:
-                f.write(line)
+            _append_whole(self.path, line.encode())
         if self._tb is not None:
-            for name, value in record.items():
-                if name not in ('step', 'time') and isinstance(value, (int, float)):
-                    self._tb.add_scalar(name, value, global_step=int(step), walltime=record['time'])
+            self._tb.add_scalars(int(step), record['time'], {n: v for n, v in record.items()
+                                                             if n not in ('step', 'time') and isinstance(v, (int, float))})
 
     def _upload(self):
         fs.write_text(self.path, ''.join(self._lines))
@@ -63,11 +65,72 @@ class MetricWriter:
         if self._tb is not None:
             self._tb.flush()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def close(self):
         self.flush()
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+class _EventFile:
+    """TensorBoard scalars, written in the caller's thread. tensorboardX's SummaryWriter writes
+    from a thread of its own: when a write fails (a full disk) that thread dies, and a later
+    add blocks forever on its full queue, hanging the run. Here a failed write raises where
+    the run reports it (one line, StorageError)."""
+
+    FLUSH_SECONDS = 30.0   # on a bucket a flush uploads the whole file again
+
+    def __init__(self, logdir):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.record_writer import directory_check
+        with fs.user_facing(logdir, 'write'):
+            directory_check(logdir)
+            self._writer = EventsWriter(fs.join(logdir, 'events'))
+        self._path = logdir
+        self._last_flush = time.time()
+
+    def add_scalars(self, step, walltime, scalars):
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.summary import scalar
+        with fs.user_facing(self._path, 'write'):
+            for name, value in scalars.items():
+                self._writer.write_event(Event(wall_time=walltime, step=step, summary=scalar(name, value)))
+            if time.time() - self._last_flush > self.FLUSH_SECONDS:
+                self.flush()
+
+    def flush(self):
+        with fs.user_facing(self._path, 'write'):
+            self._writer.flush()
+        self._last_flush = time.time()
+
+    def close(self):
+        self.flush()
+        self._writer.close()
+
+
+def _append_whole(path, data):
+    with fs.user_facing(path, 'append to'):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                done = 0
+                while done < len(data):
+                    written = os.write(fd, data[done:])
+                    if written == 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+                    done += written
+            except OSError:
+                os.ftruncate(fd, size)   # freeing, so it works on a full disk too
+                raise
+        finally:
+            os.close(fd)
 
 
 def _plain(value):

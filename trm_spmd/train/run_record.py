@@ -4,8 +4,10 @@ was launched, its size and its status: running, done, preempted, nan or failed).
 import json
 import time
 
-from trm_spmd import fs
+from trm_spmd import fs, hosts
 from trm_spmd.config import config_hash
+from trm_spmd.config.resume import check_resume, saved_config
+from trm_spmd.errors import UserError
 from trm_spmd.model.flops import train_flops_per_example_step
 from trm_spmd.model.trm import trainable_param_count
 from trm_spmd.progress import format_duration
@@ -19,9 +21,10 @@ class RunRecord:
         self.workdir, self.info, self.writes = workdir, info, writes
 
     @classmethod
-    def start(cls, workdir, config, source, runtime, trainer, total_steps, started):
-        """Creates the workdir (only now: a run that cannot start leaves nothing behind) and
-        records the run as running."""
+    def start(cls, workdir, config, source, runtime, trainer, total_steps, started, resuming):
+        """Records the run as running. When it resumes (`resuming`: it has checkpoints), the
+        config may differ from the one it started with only where that keeps it the same run
+        (config/resume.py): every host refuses in one line otherwise."""
         source = source or {}
         info = {
             'config_file': source.get('config_file', ''), 'overrides': source.get('overrides', {}),
@@ -30,13 +33,19 @@ class RunRecord:
             'backend': runtime.describe(), 'started': started, 'ended': None, 'status': 'running', 'message': '',
         }
         record = cls(workdir, info, runtime.is_main_host)
-        fs.makedirs(workdir)
+        if resuming:
+            problem = None
+            if record.writes:
+                try:
+                    changes = check_resume(saved_config(workdir) or {}, config)
+                except UserError as e:
+                    problem = str(e)
+                else:
+                    if changes:
+                        print('resuming with changed ' + ', '.join(f'{c.key} ({c.old} -> {c.new})' for c in changes),
+                              flush=True)
+            hosts.agree(hosts.exchanger(runtime), problem)
         if record.writes:
-            previous = fs.join(workdir, RUN_FILE)
-            before = json.loads(fs.read_text(previous)).get('config_hash') if fs.exists(previous) else None
-            if before and before != info['config_hash']:
-                print(f'warning: {workdir} was started with config hash {before}, this command resolves to '
-                      f'{info["config_hash"]}; resuming with the new config', flush=True)
             fs.write_text(fs.join(workdir, CONFIG_FILE), config.to_json_best_effort(indent=2, sort_keys=True))
             record._write()
         return record

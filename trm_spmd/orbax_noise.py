@@ -1,0 +1,76 @@
+"""Keeping orbax's failure noise off the screen without hiding a failure.
+
+When a checkpoint read or write fails (a damaged file, a full disk), the failure reaches
+the caller as one exception, which the checkpointer turns into one line. Two kinds of
+noise come with it, both redundant with that exception:
+
+1. tensorstore operations still in flight when orbax gives up complete into the asyncio
+   event loop orbax has already closed. Each reports `RuntimeError: Event loop is closed`
+   as an "unraisable" exception: dozens of tracebacks per failure. Their operation has
+   already failed as a whole. `drop_closed_loop_callbacks()` installs (once per process) a
+   sys.unraisablehook that drops exactly these and passes everything else on.
+2. orbax logs a failed background save at ERROR, with tracebacks, from its threads, before
+   the failure reaches the caller at the next save or wait. `OrbaxErrorLog` holds such
+   records back while a checkpointer is open; `release()` prints them when no exception
+   reported their failure (so nothing is ever swallowed), `discard()` drops them when one did.
+"""
+
+import logging
+import os
+import sys
+import threading
+import traceback
+
+_installed = False
+_lock = threading.Lock()
+
+
+def _is_closed_loop_callback(unraisable):
+    if unraisable.exc_type is not RuntimeError or str(unraisable.exc_value) != 'Event loop is closed':
+        return False
+    frames = traceback.extract_tb(unraisable.exc_traceback)
+    # Raised by asyncio itself, called straight from native code: no Python caller above it.
+    return (len(frames) == 2 and frames[0].name == 'call_soon_threadsafe' and frames[1].name == '_check_closed'
+            and all(os.path.basename(f.filename) == 'base_events.py' for f in frames))
+
+
+def drop_closed_loop_callbacks():
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        previous = sys.unraisablehook
+
+        def hook(unraisable):
+            if not _is_closed_loop_callback(unraisable):
+                previous(unraisable)
+
+        sys.unraisablehook = hook
+        _installed = True
+
+
+class OrbaxErrorLog(logging.Filter):
+    """Holds back ERROR records that orbax logs (on absl's logger) while installed."""
+
+    def __init__(self):
+        super().__init__()
+        self._held = []
+        self._logger = logging.getLogger('absl')
+        self._logger.addFilter(self)
+
+    def filter(self, record):
+        if record.levelno >= logging.ERROR and f'{os.sep}orbax{os.sep}' in record.pathname:
+            self._held.append(record)
+            return False
+        return True
+
+    def discard(self):
+        """Forget the held records: an exception has reported their failure."""
+        self._held = []
+
+    def release(self):
+        """Uninstall, printing what was held back and never reported."""
+        self._logger.removeFilter(self)
+        held, self._held = self._held, []
+        for record in held:
+            self._logger.handle(record)
