@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import threading
 
@@ -281,3 +282,37 @@ def test_a_refused_config_change_stops_the_resumed_run_in_one_line(tmp_path):
     # An allowed change (a longer run at a constant learning rate, another log cadence) resumes.
     train_and_evaluate(runlocal(**{'train.total_steps': 8, 'train.log_every_steps': 1}), workdir)
     assert json.loads((tmp_path / 'run' / 'config.json').read_text())['train']['total_steps'] == 8
+
+
+# ---- a preemption during an evaluation --------------------------------------------------------
+def test_sigterm_during_an_evaluation_checkpoints_at_once_and_the_resume_evaluates_first(tmp_path, monkeypatch):
+    from trm_spmd.data.loader import EvalBatches
+    common = {'train.total_steps': 6, 'train.eval_every_steps': 4, 'train.log_every_steps': 1,
+              'eval.global_batch_size': 8, 'checkpoint.every_steps': 100}
+    train_and_evaluate(runlocal(**common), str(tmp_path / 'whole'))
+
+    batches = EvalBatches.__iter__
+
+    def preempted_after_one_batch(self):
+        for i, batch in enumerate(batches(self)):
+            if i == 1:
+                os.kill(os.getpid(), signal.SIGTERM)   # the TPU VM's preemption notice
+            yield batch
+
+    workdir = tmp_path / 'preempted'
+    with monkeypatch.context() as patch:
+        patch.setattr(EvalBatches, '__iter__', preempted_after_one_batch)
+        train_and_evaluate(runlocal(**common), str(workdir))
+    run = json.loads((workdir / 'run.json').read_text())
+    assert run['status'] == 'preempted' and run['message'] == 'SIGTERM'
+    assert [r['step'] for r in read_metrics(workdir) if 'eval/exact_accuracy' in r] == []
+    assert sorted(int(d) for d in os.listdir(workdir / 'checkpoints') if d.isdigit()) == [4]
+
+    train_and_evaluate(runlocal(**common), str(workdir))
+    whole = {r['step']: r for r in read_metrics(tmp_path / 'whole') if 'eval/exact_accuracy' in r}
+    resumed = {r['step']: r for r in read_metrics(workdir) if 'eval/exact_accuracy' in r}
+    assert sorted(resumed) == sorted(whole) == [4, 6]
+    for step in (4, 6):
+        for key, value in whole[step].items():
+            if key.startswith('eval'):
+                assert resumed[step][key] == value, (step, key)

@@ -91,7 +91,9 @@ class Evaluator:
                                                             self.config.xla.max_different_graphs)
         return self.step_fns[max_steps]
 
-    def run(self, step, depths=()):
+    def run(self, step, depths=(), interrupt=None):
+        """The metrics of the test split after `step` updates; None when interrupt() turned
+        true between two batches (a preemption: the loop checkpoints at once)."""
         depths = sorted({int(k) for k in depths} | {self.act_steps})
         step_fn = self._step_fn(depths[-1])
         swap = self.ema is not None
@@ -114,6 +116,8 @@ class Evaluator:
                             k: totals[depth][k] + v for k, v in sums.items()}
                     if depth == self.act_steps and self.config.eval.save_outputs:
                         outputs_kept.append(self._host_outputs(outputs, host_batch))
+                if interrupt is not None and interrupt():
+                    return None
             self.runtime.all_reduce_sum_([v for sums in totals.values() for v in sums.values()])
             host = {depth: {k: v.detach().cpu().numpy() for k, v in sums.items()} for depth, sums in totals.items()}
         finally:

@@ -34,12 +34,22 @@ class NonFiniteLoss(UserError):
 
 
 class StopRequest:
-    """Set by SIGTERM (a TPU preemption): the loop checkpoints the step it is on and exits 0."""
+    """Set by SIGTERM (a TPU preemption): the loop checkpoints the step it is on and exits 0.
+    A context manager: the previous handler is back when the run ends."""
 
     def __init__(self):
         self.reason = ''
+        self._previous = None
+
+    def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda signum, frame: setattr(self, 'reason', signal.Signals(signum).name))
+            self._previous = signal.signal(
+                signal.SIGTERM, lambda signum, frame: setattr(self, 'reason', signal.Signals(signum).name))
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
     def __bool__(self):
         return bool(self.reason)
@@ -83,7 +93,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
         cleanup.callback(runtime.wait)
         log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.num_groups,
                        train_flops_per_example_step(trainer.cfg), stages)
-        stop, last_eval = StopRequest(), {}
+        stop, last_eval = cleanup.enter_context(StopRequest()), {}
         try:
             # ---- where the run starts: its newest good checkpoint, else init_from, else fresh
             restored = restore_agreed(checkpointer, exchange)   # damaged ones are moved aside
@@ -93,6 +103,11 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                 loader.check_position(restored.meta['loader'])
                 state = restore_state(trainer, restored.tree, state, runtime)
                 print(f'resuming from step {step} ({restored.path})', flush=True)
+                if restored.meta.get('eval_pending'):   # preempted during this step's evaluation
+                    last_eval = evaluator.run(step)
+                    writer.write(step, last_eval)
+                    log.print_eval(step, last_eval)
+                    checkpointer.save(step, restored.tree, restored.meta, last_eval)   # its best-K entry
             elif config.init_from or config.mode == 'eval':
                 initialize_from(config.init_from or workdir, trainer, checkpointer)
                 print(f'initialised weights from {config.init_from or workdir}', flush=True)
@@ -128,18 +143,21 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                             f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
                             f'{fs.join(workdir, "checkpoints")} (set train.nan_policy=skip to skip such steps, '
                             f'or start a new --workdir with a lower optim.lr)')
-                if evaluate:
-                    last_eval = evaluator.run(step)
+                evaluated = evaluator.run(step, interrupt=stop.__bool__) if evaluate else None
+                if evaluated is not None:
+                    last_eval = evaluated
                     writer.write(step, last_eval)
                     log.print_eval(step, last_eval)
                 if save:
                     lease_lib.check_agreed(lease, exchange)   # another run took the workdir: write nothing
                     tree, meta = checkpoint_tree(trainer, state, step, loader.position(step), runtime)
-                    checkpointer.save(step, tree, meta, last_eval if evaluate else None)
+                    # An evaluation a preemption cut short runs first thing on resume.
+                    meta['eval_pending'] = evaluate and evaluated is None
+                    checkpointer.save(step, tree, meta, evaluated)
                 if stop:
                     print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
                     break
-                if evaluate and 0 < config.train.stop_at_exact_accuracy <= last_eval['eval/exact_accuracy']:
+                if evaluated and 0 < config.train.stop_at_exact_accuracy <= evaluated['eval/exact_accuracy']:
                     print(f'reached train.stop_at_exact_accuracy={config.train.stop_at_exact_accuracy:g} at step '
                           f'{step}, {format_duration(time.time() - started)} after the start; stopping', flush=True)
                     break
