@@ -6,6 +6,7 @@ Tests that need another device count (1, 64) run in their own process (see run_i
 import os
 import subprocess
 import sys
+import threading
 
 os.environ.setdefault('PJRT_DEVICE', 'CPU')
 os.environ.setdefault('CPU_NUM_DEVICES', '8')
@@ -37,6 +38,43 @@ def run_in_subprocess(args, devices, timeout=600, cwd=REPO, env=None):
     full_env = dict(os.environ, CPU_NUM_DEVICES=str(devices), PJRT_DEVICE='CPU', **(env or {}))
     return subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+class ThreadExchange:
+    """all_gather_object between threads standing in for hosts: every host's value, in host order."""
+
+    def __init__(self, hosts):
+        self.values = [None] * hosts
+        self.barrier = threading.Barrier(hosts)
+
+    def for_host(self, i):
+        def exchange(value):
+            self.values[i] = value
+            self.barrier.wait()
+            gathered = list(self.values)
+            self.barrier.wait()
+            return gathered
+        return exchange
+
+
+def run_as_hosts(count, work, timeout=120):
+    """work(i, exchange) on `count` threads standing in for hosts -> each host's result, or
+    the UserError it raised."""
+    from trm_spmd.errors import UserError
+    exchange, results = ThreadExchange(count), [None] * count
+
+    def host(i):
+        try:
+            results[i] = work(i, exchange.for_host(i))
+        except UserError as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=host, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return results
 
 
 @pytest.fixture

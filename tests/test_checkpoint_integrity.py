@@ -3,7 +3,6 @@
 
 import json
 import os
-import threading
 
 import numpy as np
 import pytest
@@ -12,6 +11,9 @@ from trm_spmd import checksums
 from trm_spmd.checkpoint import (DAMAGED, Checkpointer, DamagedCheckpoint, NoReadableCheckpoint, restore_agreed,
                                  resume_decision)
 from trm_spmd.errors import UserError
+
+from conftest import run_as_hosts
+from test_lifecycle import flatten
 
 
 def _tree(step):
@@ -36,18 +38,8 @@ def _write(workdir, steps=(1, 2, 3), **kw):
     checkpointer.close()
 
 
-def _flat(tree, prefix=''):
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f'{prefix}{key}/'))
-        else:
-            out[prefix + key] = np.asarray(value)
-    return out
-
-
 def _assert_same(a, b):
-    a, b = _flat(a), _flat(b)
+    a, b = flatten(a), flatten(b)
     assert a.keys() == b.keys()
     for key in a:
         assert a[key].dtype == b[key].dtype, key
@@ -233,38 +225,9 @@ def test_resume_decision():
     assert resume_decision([{'follow': True}])[0] == 'error'
 
 
-class _Exchange:
-    """all_gather_object between threads: every host's value, in host order."""
-
-    def __init__(self, hosts):
-        self.values = [None] * hosts
-        self.barrier = threading.Barrier(hosts)
-
-    def for_host(self, i):
-        def exchange(value):
-            self.values[i] = value
-            self.barrier.wait()
-            gathered = list(self.values)
-            self.barrier.wait()
-            return gathered
-        return exchange
-
-
 def _run_hosts(checkpointers):
-    exchange = _Exchange(len(checkpointers))
-    results = [None] * len(checkpointers)
-
-    def host(i):
-        try:
-            results[i] = restore_agreed(checkpointers[i], exchange.for_host(i), report=lambda line: None)
-        except UserError as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=host, args=(i,)) for i in range(len(checkpointers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = run_as_hosts(len(checkpointers), lambda i, exchange: restore_agreed(
+        checkpointers[i], exchange, report=lambda line: None))
     for c in checkpointers:
         c.close()
     return results

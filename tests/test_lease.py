@@ -14,7 +14,7 @@ import pytest
 from trm_spmd import hosts, lease
 from trm_spmd.errors import UserError
 
-from conftest import REPO
+from conftest import REPO, run_as_hosts
 
 
 class FakeStore:
@@ -235,36 +235,9 @@ class _Runtime:
         self.shared_filesystem = shared
 
 
-class _Exchange:
-    def __init__(self, n):
-        self.values, self.barrier = [None] * n, threading.Barrier(n)
-
-    def for_host(self, i):
-        def exchange(value):
-            self.values[i] = value
-            self.barrier.wait()
-            gathered = list(self.values)
-            self.barrier.wait()
-            return gathered
-        return exchange
-
-
 def _pod(workdirs, store=None, shared=False):
-    exchange, results = _Exchange(len(workdirs)), [None] * len(workdirs)
-
-    def host(i):
-        try:
-            results[i] = lease.acquire_for_run(workdirs[i], _Runtime(i, len(workdirs), shared),
-                                               exchange=exchange.for_host(i), store=store)
-        except UserError as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=host, args=(i,)) for i in range(len(workdirs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
+    return run_as_hosts(len(workdirs), lambda i, exchange: lease.acquire_for_run(
+        workdirs[i], _Runtime(i, len(workdirs), shared), exchange=exchange, store=store), timeout=30)
 
 
 def test_first_problem_names_the_host():

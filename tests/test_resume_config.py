@@ -12,13 +12,7 @@ from trm_spmd.config.resume import (ALLOWED, REFUSED, RUN_LENGTH, ResumeConfigEr
 
 def _config(**changes):
     config = default_config()
-    config.unlock()
-    for key, value in changes.items():
-        node = config
-        *parents, leaf = key.split('.')
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
+    config.update_from_flattened_dict(changes)
     return config
 
 

@@ -14,12 +14,7 @@ from conftest import REPO, run_in_subprocess
 
 def runlocal(**overrides):
     config = load_config(os.path.join(REPO, 'configs/baseline.py:runlocal'))
-    for key, value in overrides.items():
-        node = config
-        *parents, leaf = key.split('.')
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
+    config.update_from_flattened_dict(overrides)
     return config
 
 
