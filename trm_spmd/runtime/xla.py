@@ -31,6 +31,10 @@ def xla_available():
 
 class XlaRuntime(Runtime):
     name = 'xla'
+    # The partitioner all-reduces a weight gradient where its partial sums arise, at the
+    # matmul: rounded to bfloat16 there, once per use of the weight; left in float32, the
+    # compiler sums the uses and all-reduces once (TRM.use_float32_weight_grads).
+    float32_weight_grads = True
 
     def __init__(self, mesh_shape=(-1, 1), axis_names=('data', 'model'), cache_dir=''):
         _default_device()
