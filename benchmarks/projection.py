@@ -245,7 +245,9 @@ def main(argv):
     mfu, source = FLAGS.mfu, 'assumed'
     compiled = FLAGS.compiled
     if compiled == 'auto':
-        compiled = find_compiled(FLAGS.out or step_time.RESULTS_DIR, FLAGS.config, overrides, tpu_slice.name, batch)
+        found = [find_compiled(d, FLAGS.config, overrides, tpu_slice.name, batch)
+                 for d in dict.fromkeys(filter(None, (FLAGS.out, step_time.RESULTS_DIR)))]
+        compiled = next(filter(None, found), None)
     if FLAGS.measured:
         mfu, source = measured_mfu(FLAGS.measured)
     elif compiled and compiled != 'none' and not FLAGS['mfu'].present:

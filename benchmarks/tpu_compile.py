@@ -237,7 +237,9 @@ def graph_figures(meta, compiled, tpu_slice):
 
 def max_per_chip_batch(fits, start=8, resolution=8, limit=1 << 16):
     """Largest per-chip batch b (a multiple of `resolution`) with fits(b), by doubling from
-    `start` then bisecting; fits must be monotone. Returns (b, [(b, fits), ...])."""
+    `start` then bisecting; fits must be monotone. Returns (b, [(b, fits), ...]). A step
+    that does not fit is one libtpu refuses to compile (out of HBM) or whose total exceeds
+    the chip's HBM."""
     probes = []
 
     def probe(b):
@@ -319,6 +321,7 @@ def define_flags():
     flags.DEFINE_list('graphs', list(GRAPHS), f'graphs to compile, of {",".join(GRAPHS)}')
     flags.DEFINE_bool('max_batch', False, 'bisect the largest per-chip batch whose train step fits in HBM')
     flags.DEFINE_integer('max_batch_resolution', 8, 'per-chip batch resolution of --max_batch')
+    flags.DEFINE_integer('max_batch_from', 8, 'per-chip batch --max_batch starts doubling from (one that fits)')
     flags.DEFINE_float('target_ms', projection.TARGET_MS, 'step-time target to judge')
     flags.DEFINE_string('out', '', 'directory for the result files (default benchmarks/results)')
     flags.DEFINE_string('tag', '', 'suffix of the result file name, e.g. baseline_b6144')
@@ -356,13 +359,18 @@ def main(argv):
         unit = max(FLAGS.max_batch_resolution, config.optim.grad_accum_steps)
 
         def fits(per_chip):
-            r = compile_config(tpu_slice, topo, per_chip * tpu_slice.chips, ['train_step'])['train_step']
+            try:
+                r = compile_config(tpu_slice, topo, per_chip * tpu_slice.chips, ['train_step'])['train_step']
+            except tpu_aot.HbmExhausted as e:
+                print(f'  per-chip batch {per_chip}: does not fit ({str(e).split(": ", 1)[1]})', flush=True)
+                return False
             m = r['memory']
             print(f'  per-chip batch {per_chip}: {_gib(m["total_with_donation_bytes"])} of {_gib(m["hbm_bytes"])} '
                   f'-> {"fits" if m["fits"] else "does not fit"}', flush=True)
             return m['fits']
 
-        best, probes = max_per_chip_batch(fits, start=unit, resolution=unit)
+        start = max(FLAGS.max_batch_from // unit * unit, unit)
+        best, probes = max_per_chip_batch(fits, start=start, resolution=unit)
         results['max_per_chip_batch'] = best
         results['max_batch_probes'] = probes
         lines.append(f'largest per-chip batch whose train step fits: {best} (global {best * tpu_slice.chips} on '

@@ -117,6 +117,8 @@ def test_max_batch_bisects_to_the_resolution():
     assert calls[:7] == [8, 16, 32, 64, 128, 256, 512]
     with pytest.raises(UserError, match='even a per-chip batch of 8'):
         tpu_compile.max_per_chip_batch(lambda b: False, start=8)
+    best, probes = tpu_compile.max_per_chip_batch(lambda b: b <= 300, start=256, resolution=8)
+    assert best == 296 and probes[:2] == [(256, True), (512, False)]
 
 
 def test_graph_figures_donation_flops_ratio_and_mfu():

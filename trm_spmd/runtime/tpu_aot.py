@@ -50,6 +50,10 @@ class TpuCompilerError(UserError):
     """The TPU compiler is missing, of another version, or refused a module; the message says why."""
 
 
+class HbmExhausted(TpuCompilerError):
+    """libtpu refused the module: it needs more HBM than a chip has (the message says how much)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Topology:
     generation: str          # 'v4'
@@ -190,7 +194,9 @@ def compile_module(module_proto, topo):
                 executable = devices[0].client.compile(module, executable_devices=_jax.DeviceList(tuple(devices)),
                                                        compile_options=options)
             except _jax.JaxRuntimeError as e:
-                raise TpuCompilerError(f'libtpu refused the module for {topo.name}: {str(e).splitlines()[0]}') from None
+                line = str(e).splitlines()[0]
+                error = HbmExhausted if 'RESOURCE_EXHAUSTED' in line else TpuCompilerError
+                raise error(f'libtpu refused the module for {topo.name}: {line}') from None
         seconds = time.perf_counter() - start
         stats = executable.get_compiled_memory_stats()
         cost = executable.cost_analysis()
