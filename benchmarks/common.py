@@ -84,10 +84,11 @@ def fmt(value, spec):
     return 'n/a' if value is None else spec.format(value)
 
 
-def report(benchmark, device, settings, results, lines, main_host=True, overrides=None, extra=None):
+def report(benchmark, device, settings, results, lines, main_host=True, overrides=None, extra=None, notes=''):
     """Prints `lines` and writes the result record (host 0 only); returns the .json path.
 
-    device: peaks.Device (or a dict with at least 'slug'); extra: more top-level record keys.
+    device: peaks.Device (or a dict with at least 'slug'); extra: more top-level record keys;
+    notes: the benchmark's own caveat, stored with --notes.
     """
     if not main_host:
         return None
@@ -104,7 +105,7 @@ def report(benchmark, device, settings, results, lines, main_host=True, override
         'settings': settings,
         'results': results,
         'environment': env,
-        'notes': ' '.join(n for n in (FLAGS.notes, auto) if n),
+        'notes': ' '.join(n for n in (FLAGS.notes, notes, auto) if n),
         **(extra or {}),
     }
     out_dir = FLAGS.out or RESULTS_DIR

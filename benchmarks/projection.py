@@ -3,9 +3,12 @@
     python benchmarks/projection.py --config=configs/baseline.py --slice=v4-64 --global_batch=6144
     python benchmarks/projection.py --slice=v4-64 --global_batch=6144 --mfu=0.4
     python benchmarks/projection.py --slice=v5e-64 --measured=benchmarks/results/step_time_tpu-v4-x4_DATE.json
+    python benchmarks/projection.py --slice=v4-64 --compiled=benchmarks/results/tpu_compile_v4-64_DATE.json
 
 floor      = FLOPs per step / (chips x peak bf16 FLOP/s): the step time at 100% of peak.
-projection = floor / MFU, with MFU given (--mfu) or measured (--measured: a step_time result).
+projection = floor / MFU, with MFU given (--mfu), measured (--measured: a step_time result) or
+             estimated by the TPU compiler (--compiled: a tpu_compile result; by default the
+             newest one of the same config, slice and batch in benchmarks/results is used).
 The plan's target is 17 ms per step; the verdict says what fraction of peak it needs.
 """
 
@@ -175,12 +178,52 @@ def measured_mfu(path):
     return value, f'measured on {device.get("slug", "?")} at batch {record.get("settings", {}).get("global_batch")}'
 
 
+def compiled_mfu(path):
+    """(MFU, description) from a tpu_compile result: the compiler's cost-model estimate."""
+    import json
+    with open(path) as f:
+        record = json.load(f)
+    train = record.get('results', {}).get('graphs', {}).get('train_step', {})
+    value = train.get('estimated_mfu')
+    if record.get('benchmark') != 'tpu_compile' or value is None:
+        raise SliceError(f'{path} is no tpu_compile result with a cost-model time of the train step: '
+                         f'pass --mfu=FRACTION instead')
+    settings = record.get('settings', {})
+    return value, (f'compiler estimate, libtpu cost model, {settings.get("slice")} at batch '
+                   f'{settings.get("global_batch")}: {os.path.basename(path)}')
+
+
+def find_compiled(results_dir, spec, overrides, slice_name, global_batch):
+    """The newest tpu_compile result of this config, overrides, slice and batch, or None."""
+    import glob
+    import json
+    ignored = ('data.global_batch_size', 'eval.global_batch_size')
+    wanted = json.loads(json.dumps({k: v for k, v in overrides.items() if k not in ignored}))   # as a record holds them
+    found = []
+    for path in glob.glob(os.path.join(results_dir, f'tpu_compile_{slice_name}_*.json')):
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            continue
+        config, settings = record.get('config', {}), record.get('settings', {})
+        got = {k: v for k, v in (config.get('overrides') or {}).items() if k not in ignored}
+        train = record.get('results', {}).get('graphs', {}).get('train_step', {})
+        if (config.get('spec') == spec and got == wanted and settings.get('global_batch') == global_batch
+                and train.get('estimated_mfu')):
+            found.append((record.get('environment', {}).get('date', ''), path))
+    return max(found)[1] if found else None
+
+
 def define_flags():
     common.define_flags('config FILE.py[:ARG] whose model is projected; override fields with --config.a.b=VALUE')
     flags.DEFINE_string('slice', 'v4-64', 'target TPU slice: v4-N, v5e-N, v5p-N or v6e-N')
     flags.DEFINE_integer('global_batch', 6144, 'global batch on the slice (0: the config\'s)')
     flags.DEFINE_float('mfu', 0.5, 'assumed model FLOPs utilisation (fraction of peak)')
     flags.DEFINE_string('measured', '', 'a step_time result JSON whose measured MFU replaces --mfu')
+    flags.DEFINE_string('compiled', 'auto', 'a tpu_compile result JSON whose compiler-estimated MFU replaces the '
+                        'default --mfu; auto: the newest one of the same config, slice and batch in '
+                        'benchmarks/results, if any; none: never')
     flags.DEFINE_integer('total_steps', 0, 'steps of the whole run (0: from the config\'s epochs over --groups)')
     flags.DEFINE_integer('groups', DEFAULT_GROUPS, 'training puzzles per epoch, for the run length')
     flags.DEFINE_float('target_ms', TARGET_MS, 'step-time target to judge')
@@ -193,8 +236,15 @@ def main(argv):
     batch = config.data.global_batch_size
     tpu_slice = parse_slice(FLAGS.slice)
     mfu, source = FLAGS.mfu, 'assumed'
+    compiled = FLAGS.compiled
+    if compiled == 'auto':
+        found = [find_compiled(d, FLAGS['config'].config_filename, overrides, tpu_slice.name, batch)
+                 for d in dict.fromkeys(filter(None, (FLAGS.out, common.RESULTS_DIR)))]
+        compiled = next(filter(None, found), None)
     if FLAGS.measured:
         mfu, source = measured_mfu(FLAGS.measured)
+    elif compiled and compiled != 'none' and not FLAGS['mfu'].present:
+        mfu, source = compiled_mfu(compiled)
     steps = FLAGS.total_steps or run_steps(config, batch, FLAGS.groups)
     p = project(flops_per_example(config), batch, tpu_slice, mfu, steps, FLAGS.target_ms)
     lines = [f'projection of {FLAGS["config"].config_filename} on {tpu_slice.name}'] + report_lines(p, source)

@@ -19,10 +19,13 @@ tuned optimum or just a working point. Everything not named below is the baselin
   The lr, warmup and EMA follow configs/batch_scaling.py's rule at 6144 (lr 2.83e-4, 250
   warmup steps, EMA 0.999 ** 8), so it is b6144 of that family computed differently:
   the gradients of the 8 micro-batches are summed before the one update, and each
-  micro-batch is the paper's 768 rows, so its activations take what the baseline's take.
-  Whatever slice runs the baseline runs this (e.g. a v4-8, 4 devices: 192 rows per device
-  per micro-batch), each step taking ~8x a baseline step for 1/8 of the steps; b6144
-  without accumulation needs 8x the devices (or per-device memory) instead.
+  micro-batch is the paper's 768 rows, each step taking ~8x a baseline step for 1/8 of the
+  steps. Under XLA the micro-batches are unrolled into one graph that the compiler
+  schedules freely, and their activations are not freed one micro-batch at a time:
+  compiled for a v4-64 (benchmarks/tpu_compile.py) the step needs 6.5 GiB of temporaries
+  per chip, about what 6144 rows in one pass take (7.2 GiB), not a 768-row step's 0.7 GiB;
+  on a v4-8 libtpu refuses it (57 GB of temporaries for a chip's 30.75 GB). Run it on a
+  slice that holds b6144 in one pass (a v4-64 does, with 24 GiB to spare).
 
 `:runlocal` is the usual CPU-sized run; larger_batch keeps accumulation there, each
 micro-batch being runlocal's baseline batch (16 rows) as 768 is the paper's, but in 2

@@ -50,7 +50,14 @@ if [ ! -f "$venv/.complete" ]; then
   say "step 1/3: pip"
   "$py" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
   say "step 2/3: pinned packages from requirements.lock"
-  "$py" -m pip install --disable-pip-version-check --progress-bar off -r "$repo/requirements.lock" >&2
+  lock="$repo/requirements.lock"
+  if [ "$tpu" = 1 ]; then
+    # torch_xla[tpu] pins its own libtpu (the runtime of the TPU VM); the lock's libtpu is
+    # the compile-only TPU compiler of benchmarks/tpu_compile.py, for machines without a TPU.
+    lock="$venv.requirements"
+    grep -v '^libtpu==' "$repo/requirements.lock" > "$lock"
+  fi
+  "$py" -m pip install --disable-pip-version-check --progress-bar off -r "$lock" >&2
   if [ "$tpu" = 1 ]; then
     say "step 2b/3: libtpu for TPU VMs"
     "$py" -m pip install --disable-pip-version-check 'torch_xla[tpu]==2.9.0' >&2

@@ -240,6 +240,34 @@ def test_no_grad_cycles_contribute_nothing_to_param_grads():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('mlp_t', [True, False])
+def test_float32_weight_grads_are_the_per_use_grads_unrounded(mlp_t):
+    """use_float32_weight_grads: the same bfloat16 forward and activation gradients; each weight
+    gradient sums the same bfloat16 products, in float32 instead of rounded per use."""
+    import copy
+    model = tiny(forward_dtype='bfloat16', mlp_t=mlp_t, L_cycles=3)
+    exact = copy.deepcopy(model).use_float32_weight_grads()
+    batch = make_batch(4, 1)
+    grads = []
+    for m in (model, exact):
+        carry = initial_carry(m, 4, 'cpu')
+        new, out = act_step(m, carry, batch, training=True, uniforms=counter_uniforms(0, 0, 4, 2))
+        loss, _ = loss_and_metrics(new, out, m.config)
+        loss.backward()
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.grad is not None})
+        grads[-1]['_loss'] = loss.detach()
+    rounded, unrounded = grads
+    assert set(rounded) == set(unrounded) and torch.equal(rounded['_loss'], unrounded['_loss'])
+    differ = 0
+    for name in rounded:
+        a, b = rounded[name], unrounded[name]
+        assert a.dtype == b.dtype == torch.float32, name
+        # Rounding each use's gradient to bfloat16 changes it by at most a few 2^-8 relative.
+        assert (a - b).norm() <= 0.02 * b.norm() + 1e-6, name
+        differ += not torch.equal(a, b)
+    assert differ > 0
+
+
 def test_single_cycle_backpropagates_into_the_state():
     model = tiny()
     z = torch.randn(1, 83, 32, requires_grad=True)

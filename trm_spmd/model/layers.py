@@ -37,8 +37,36 @@ def rms_norm(x, eps, dim=-1):
     return h.to(x.dtype)
 
 
+class _LinearFloat32WeightGrad(torch.autograd.Function):
+    """x @ w.T with w cast to x's dtype; the weight's gradient leaves its matmul in float32
+    (the same low-precision products, accumulated in float32) instead of being rounded to
+    x's dtype first. Under SPMD the partial sums of the per-device batches are then float32,
+    and the compiler sums a weight's uses into one float32 all-reduce of the weight's size;
+    rounded per use, each use needs its own all-reduce."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        cast = weight.to(x.dtype)
+        ctx.save_for_backward(x, cast)
+        return F.linear(x, cast)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, cast = ctx.saved_tensors
+        grad_x = grad @ cast if ctx.needs_input_grad[0] else None
+        grad_w = grad.reshape(-1, grad.shape[-1]).t().float() @ x.reshape(-1, x.shape[-1]).float()
+        return grad_x, grad_w
+
+
 class CastedLinear(nn.Module):
-    """Linear layer, weight std 1/sqrt(fan_in), cast to the input dtype at use."""
+    """Linear layer, weight std 1/sqrt(fan_in), cast to the input dtype at use.
+
+    float32_weight_grad (off by default, as the reference): the weight's gradient is
+    accumulated in float32 out of the matmul rather than rounded to the input dtype per use
+    (see TRM.use_float32_weight_grads).
+    """
+
+    float32_weight_grad = False
 
     def __init__(self, in_features, out_features, bias=False):
         super().__init__()
@@ -48,6 +76,9 @@ class CastedLinear(nn.Module):
 
     def forward(self, x):
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if self.float32_weight_grad and x.dtype != self.weight.dtype and torch.is_grad_enabled():
+            out = _LinearFloat32WeightGrad.apply(x, self.weight)
+            return out if bias is None else out + bias
         return F.linear(x, self.weight.to(x.dtype), bias)
 
 

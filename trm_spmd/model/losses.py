@@ -29,7 +29,12 @@ def stablemax_cross_entropy(logits, labels, ignore_index=IGNORE_LABEL):
     valid = labels != ignore_index
     safe = torch.where(valid, labels, torch.zeros_like(labels)).long()
     # log(s_y / sum s) for the label only: the reference's value without logs of every class.
-    picked = torch.log(s.gather(-1, safe.unsqueeze(-1)).squeeze(-1) / s.sum(-1))
+    # s_y as a one-hot weighted sum (exact: one term, the others 0), the one-hot from a
+    # comparison: a gather (whose backward is a scatter) or F.one_hot (a scatter) makes the
+    # SPMD partitioner gather the whole batch onto every device.
+    classes = torch.arange(s.shape[-1], device=s.device)
+    s_y = torch.where(safe.unsqueeze(-1) == classes, s, torch.zeros_like(s)).sum(-1)
+    picked = torch.log(s_y / s.sum(-1))
     return torch.where(valid, -picked, torch.zeros_like(picked))
 
 

@@ -3,7 +3,9 @@
 Stateful generators differ between backends and must be checkpointed; a hash of the
 counters gives the same numbers on CPU, GPU and TPU, and a resumed run needs only the step.
 All arithmetic is on int64 tensors holding values below 2^31, so every product stays below
-2^62 and nothing overflows or depends on wrap-around semantics.
+2^62 and nothing overflows or depends on wrap-around semantics. Right shifts go through
+torch.bitwise_right_shift: torch_xla lowers the `>>` operator on int64 to a division, which a
+TPU (no 64-bit integer unit) expands into hundreds of instructions per use.
 """
 
 import torch
@@ -17,17 +19,22 @@ _STREAM = 0x5851F42D
 
 def _mix(x):
     """A bijection of [0, 2^31) with good avalanche (xor-shift / multiply rounds)."""
-    x = x ^ (x >> 16)
+    x = x ^ _shr(x, 16)
     x = (x * _MUL1) & _MASK31
-    x = x ^ (x >> 15)
+    x = x ^ _shr(x, 15)
     x = (x * _MUL2) & _MASK31
-    return x ^ (x >> 16)
+    return x ^ _shr(x, 16)
+
+
+def _shr(x, bits):
+    """x >> bits for the non-negative int64 values used here (equal to floor division)."""
+    return torch.bitwise_right_shift(x, bits)
 
 
 def _split31(value, device):
     """int64 tensor -> (low 31 bits, next 31 bits), both as int64 tensors in [0, 2^31)."""
     v = torch.as_tensor(value, dtype=torch.int64, device=device)
-    return v & _MASK31, (v >> 31) & _MASK31
+    return v & _MASK31, _shr(v, 31) & _MASK31
 
 
 def counter_uniforms(seed, step, batch_size, num, device=None):
@@ -49,4 +56,4 @@ def counter_uniforms(seed, step, batch_size, num, device=None):
     # rows of a column ever share a draw.
     col_keys = _mix(key ^ _mix(cols + 1))
     h = _mix(_mix(col_keys[None, :] ^ rows[:, None]))
-    return (h >> 7).to(torch.float32) * (2.0 ** -24)
+    return _shr(h, 7).to(torch.float32) * (2.0 ** -24)

@@ -94,6 +94,18 @@ class TRM(nn.Module):
             self.q_head.weight.zero_()
             self.q_head.bias.fill_(-5.0)
 
+    def use_float32_weight_grads(self, enabled=True):
+        """Accumulate every casted weight's gradient in float32 out of its matmuls (the same
+        bfloat16 products) instead of rounding it to bfloat16 per use. A weight is used at
+        every network call, so under SPMD data parallelism the rounded form costs one
+        bfloat16 all-reduce per use; this form lets the compiler sum the uses first and
+        all-reduce each gradient once, in float32. Set by backends that partition the batch
+        (XlaRuntime.float32_weight_grads); no effect with forward_dtype float32."""
+        for module in self.modules():
+            if isinstance(module, CastedLinear):
+                module.float32_weight_grad = enabled
+        return self
+
     # ---- parameter groups ----------------------------------------------------
 
     def puzzle_emb_parameters(self):

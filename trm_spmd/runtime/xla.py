@@ -31,6 +31,10 @@ def xla_available():
 
 class XlaRuntime(Runtime):
     name = 'xla'
+    # The partitioner all-reduces a weight gradient where its partial sums arise, at the
+    # matmul: rounded to bfloat16 there, once per use of the weight; left in float32, the
+    # compiler sums the uses and all-reduces once (TRM.use_float32_weight_grads).
+    float32_weight_grads = True
 
     def __init__(self, mesh_shape=(-1, 1), axis_names=('data', 'model'), cache_dir=''):
         _default_device()
@@ -117,6 +121,17 @@ class XlaRuntime(Runtime):
 
     def compile(self, fn, name, max_graphs=None):
         return self._torch_xla.compile(fn, full_graph=True, name=name, max_different_graphs=max_graphs)
+
+    def hlo_module_proto(self, tensors):
+        """The pending computation of `tensors` as a serialized HloModuleProto, with the SPMD
+        sharding annotations of its parameters and marked values; nothing is compiled or run.
+
+        Call it where a compiled function would sync, with every tensor that sync would
+        write (outputs and the state updated in place): the module is then the graph the
+        compiled function sends to the compiler, before partitioning. Tensors with no
+        pending work (unchanged device data) are left out, as a sync leaves them.
+        """
+        return self._torch_xla._XLAC._get_xla_tensors_hlo_proto(list(tensors))
 
     def sync(self):
         self._torch_xla.sync()

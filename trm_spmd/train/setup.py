@@ -42,6 +42,8 @@ def build_trainer(config, runtime, vocab_size=11, seq_len=81, num_puzzle_identif
     model = TRM(cfg)
     if hasattr(runtime, 'checkpoint_fn'):
         model.checkpoint_fn = runtime.checkpoint_fn
+    if getattr(runtime, 'float32_weight_grads', False):
+        model.use_float32_weight_grads()
     model.to(runtime.device)
     optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
