@@ -101,7 +101,7 @@ def test_evaluation_at_other_depths_matches_separate_evaluations(tmp_path):
 
 def test_a_run_stops_at_its_target_accuracy_with_a_checkpoint(tmp_path, monkeypatch):
     from trm_spmd.train import evaluate
-    monkeypatch.setattr(evaluate.Evaluator, 'run', lambda self, step, depths=(): {
+    monkeypatch.setattr(evaluate.Evaluator, 'run', lambda self, step, depths=(), interrupt=None: {
         'eval/exact_accuracy': 0.5 if step < 4 else 0.95, 'eval/accuracy': 0.99})
     workdir = tmp_path / 'run'
     final = train_and_evaluate(runlocal(**{'train.total_steps': 10, 'train.eval_every_steps': 2,
