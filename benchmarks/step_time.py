@@ -209,6 +209,7 @@ def main(argv):
     FLAGS = flags.FLAGS
     config, overrides = common.config_and_overrides(**{'data.global_batch_size': FLAGS.global_batch})
     bench = TrainBench(config)
+    config.model.forward_dtype = bench.trainer.cfg.forward_dtype   # 'auto' as resolved here, for both codes
     device = peaks.detect(bench.runtime, FLAGS.device_kind)
     pipelined = FLAGS.steps if FLAGS.pipelined_steps < 0 else FLAGS.pipelined_steps
     if bench.runtime.is_main_host:

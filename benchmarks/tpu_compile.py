@@ -130,6 +130,7 @@ def _trace_main(directory):
     config.backend = 'xla'
     start = time.perf_counter()
     runtime = create_runtime(config)
+    runtime.fast_dtype = 'bfloat16'   # model.forward_dtype 'auto' as on the TPU, not on these CPU devices
     validate(config, runtime.device_count, runtime.process_count)
     graphs = trace_graphs(config, runtime, tuple(flags.FLAGS.graphs))
     info = {'devices': runtime.device_count, 'trace_s': time.perf_counter() - start, 'graphs': {}}

@@ -79,3 +79,26 @@ def test_two_processes_under_torchrun_match_one(tmp_path):
     assert len(losses[2]) == 3
     assert losses[2][0] == pytest.approx(losses[1][0], abs=1e-5)
     np.testing.assert_allclose(losses[2], losses[1], rtol=1e-3)
+
+
+def test_auto_backend_is_xla_only_where_asked_for_or_on_a_tpu(monkeypatch):
+    from trm_spmd import runtime
+    monkeypatch.setattr(runtime, 'on_tpu_vm', lambda: False)
+    assert runtime.select_backend('auto') == 'xla'   # the tests set PJRT_DEVICE=CPU
+    monkeypatch.delenv('PJRT_DEVICE')
+    assert runtime.select_backend('auto') == 'native'   # a plain CPU: native is ~3x faster per step
+    assert runtime.select_backend('native') == 'native'
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_hardware_has_it(monkeypatch):
+    import torch
+
+    from trm_spmd.model.config import TRMConfig
+    from trm_spmd.runtime.native import fast_dtype
+    for native_bf16, expected in ((False, 'float32'), (True, 'bfloat16')):
+        monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: native_bf16)
+        monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: False)
+        assert fast_dtype(torch.device('cpu')) == expected
+        auto = TRMConfig(forward_dtype='auto').with_auto_dtype(fast_dtype(torch.device('cpu')))
+        assert auto.forward_dtype == expected
+    assert TRMConfig(forward_dtype='float32').with_auto_dtype('bfloat16').forward_dtype == 'float32'

@@ -27,6 +27,7 @@ from trm_spmd.model.act import act_step, initial_carry
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.losses import predictions
 from trm_spmd.model.trm import TRM
+from trm_spmd.runtime.native import fast_dtype
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('checkpoint', None, 'run directory or checkpoint step directory')
@@ -61,7 +62,8 @@ def load_model(path):
         checkpointer.close()
     shapes = {k: np.asarray(v).shape for k, v in state['model'].items()}
     cfg = TRMConfig.from_config(config, vocab_size=shapes['embed_tokens.weight'][0],
-                                num_puzzle_identifiers=shapes['puzzle_emb'][0] if 'puzzle_emb' in shapes else 1)
+                                num_puzzle_identifiers=shapes['puzzle_emb'][0] if 'puzzle_emb' in shapes else 1,
+                                ).with_auto_dtype(fast_dtype(torch.device('cpu')))
     model = TRM(cfg)
     weights = {k: torch.from_numpy(np.asarray(v)) for k, v in state['model'].items()}
     weights.update({k: torch.from_numpy(np.asarray(v)) for k, v in state.get('ema', {}).items()})

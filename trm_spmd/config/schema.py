@@ -15,7 +15,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.variant = ''               # named variant within the family (e.g. 't3_n6')
     c.mode = 'train'             # 'train' | 'eval' (eval-only on a restored/imported checkpoint)
     c.seed = 0
-    c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla if PJRT_DEVICE is set or a TPU exists)
+    c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla on a TPU VM or with PJRT_DEVICE set)
     c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (TinyRecursiveModels state_dict)
 
     # ---- data --------------------------------------------------------------
@@ -43,7 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
     m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
     m.rms_norm_eps = 1e-5
-    m.forward_dtype = 'bfloat16'  # 'bfloat16' | 'float32'
+    m.forward_dtype = 'bfloat16'  # 'bfloat16' | 'float32' | 'auto' (bfloat16 where the device computes it natively)
     m.grad_checkpointing = False  # recompute the grad cycle's activations in backward
 
     # ---- ACT / deep supervision ---------------------------------------------
@@ -125,7 +125,7 @@ def default_config() -> ml_collections.ConfigDict:
     x.max_different_graphs = 8
 
     c.native = n = ml_collections.ConfigDict()
-    n.compile = 'none'           # torch.compile mode for the native backend: 'none' | 'default' | 'reduce-overhead' | 'max-autotune'
+    n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...
 
     c.runlocal = False           # set by ':runlocal' (CPU-sized); informational
     # Locked: config files and overrides change values, a misspelt key fails ("Did you mean").

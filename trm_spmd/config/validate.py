@@ -48,6 +48,8 @@ def validate(config, device_count=None, process_count=1):
     c = config
     _one_of(c.mode, 'mode', ('train', 'eval'))
     _one_of(c.backend, 'backend', ('auto', 'xla', 'native'))
+    _one_of(c.native.compile, 'native.compile',
+            ('none', 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'))
     try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig
         TRMConfig.from_config(c)
     except ModelConfigError as e:

@@ -8,7 +8,7 @@ import dataclasses
 
 from trm_spmd.errors import UserError
 
-_DTYPES = ('bfloat16', 'float32')
+_DTYPES = ('bfloat16', 'float32', 'auto')
 _POS_ENCODINGS = ('none', 'rope', 'learned')
 _LOSS_TYPES = ('stablemax', 'softmax')
 # Field -> its key in the run config (trm_spmd/config/schema.py), for messages.
@@ -92,6 +92,10 @@ class TRMConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    def with_auto_dtype(self, fast_dtype):
+        """forward_dtype 'auto' -> fast_dtype (what the device computes fastest); others stay."""
+        return dataclasses.replace(self, forward_dtype=fast_dtype) if self.forward_dtype == 'auto' else self
 
     @classmethod
     def from_config(cls, config, *, vocab_size=11, seq_len=81, num_puzzle_identifiers=1):

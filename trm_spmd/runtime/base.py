@@ -19,6 +19,8 @@ class Runtime:
     global_view = True
     # True when every process of the run sees the same disk (processes of one machine).
     shared_filesystem = False
+    # model.forward_dtype 'auto' resolves to this: what the devices compute fastest.
+    fast_dtype = 'bfloat16'
 
     def local_rows(self, global_rows):
         """Rows of a global batch that this process's tensors hold."""

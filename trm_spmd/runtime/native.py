@@ -5,7 +5,9 @@ a single process. Each process is a "host" with one device: its batch slice is t
 slice of the global batch, and gradients and metric sums are all-reduced explicitly.
 """
 
+import logging
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -13,6 +15,14 @@ import torch.distributed as dist
 
 from trm_spmd.config.validate import resolve_mesh_shape
 from trm_spmd.runtime.base import Runtime
+
+
+def fast_dtype(device):
+    """bfloat16 where the hardware computes it natively (a CUDA GPU, a CPU with AVX512-BF16 or
+    AMX), else float32: an AVX2-only CPU emulates bfloat16 matmuls ~13x slower than float32."""
+    if device.type == 'cuda':
+        return 'bfloat16' if torch.cuda.is_bf16_supported() else 'float32'
+    return 'bfloat16' if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() else 'float32'
 
 
 class NativeRuntime(Runtime):
@@ -39,6 +49,7 @@ class NativeRuntime(Runtime):
         self.mesh_shape = resolve_mesh_shape(mesh_shape, world)
         self.axis_names = tuple(axis_names)
         self.compile_mode = compile_mode
+        self.fast_dtype = fast_dtype(self.device)
 
     def put_batch(self, host_batch):
         return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device, non_blocking=True)
@@ -47,6 +58,9 @@ class NativeRuntime(Runtime):
     def compile(self, fn, name, max_graphs=None):
         if self.compile_mode == 'none':
             return fn
+        if self.device.type == 'cpu':   # inductor's notes about CUDA and TF32 mislead on a CPU
+            logging.getLogger('torch.utils.cpp_extension').setLevel(logging.ERROR)
+            warnings.filterwarnings('ignore', message='Please use the new API settings to control TF32')
         return torch.compile(fn, mode=None if self.compile_mode == 'default' else self.compile_mode)
 
     def all_reduce_sum_(self, tensors):

@@ -16,7 +16,7 @@ from trm_spmd.runtime.base import Runtime
 
 def _default_device():
     # Without PJRT_DEVICE torch_xla guesses (and warns); off a TPU VM the CPU is meant.
-    if 'PJRT_DEVICE' not in os.environ and not _on_tpu_vm():
+    if 'PJRT_DEVICE' not in os.environ and not on_tpu_vm():
         os.environ['PJRT_DEVICE'] = 'CPU'
 
 
@@ -63,6 +63,7 @@ class XlaRuntime(Runtime):
         self.process_index = xr.process_index()
         self.process_count = xr.process_count()
         self.device_kind = xr.device_type() or 'CPU'
+        self.fast_dtype = 'float32' if self.device_kind == 'CPU' else 'bfloat16'
         self._group = None
 
     # ---- data ---------------------------------------------------------------------
@@ -176,5 +177,5 @@ class XlaRuntime(Runtime):
             dist.barrier(group=self.cpu_process_group())
 
 
-def _on_tpu_vm():
+def on_tpu_vm():
     return os.path.exists('/dev/accel0') or os.path.exists('/dev/vfio/0')

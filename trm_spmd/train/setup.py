@@ -37,7 +37,7 @@ def build_trainer(config, runtime, vocab_size=11, seq_len=81, num_puzzle_identif
     and mesh) and moved to the device; optimizer state created now, not inside the first
     traced step."""
     cfg = TRMConfig.from_config(config, vocab_size=vocab_size, seq_len=seq_len,
-                                num_puzzle_identifiers=num_puzzle_identifiers)
+                                num_puzzle_identifiers=num_puzzle_identifiers).with_auto_dtype(runtime.fast_dtype)
     torch.manual_seed(config.seed)
     model = TRM(cfg)
     if hasattr(runtime, 'checkpoint_fn'):
