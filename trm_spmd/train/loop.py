@@ -170,5 +170,6 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             record.print_summary(last_eval, status)
             return last_eval
         except BaseException as e:
-            record.finish(*(('nan', str(e)) if isinstance(e, NonFiniteLoss) else ('failed', f'{type(e).__name__}: {e}')))
+            nan = isinstance(e, NonFiniteLoss)
+            record.finish('nan' if nan else 'failed', str(e) if nan else f'{type(e).__name__}: {e}')
             raise

@@ -50,8 +50,8 @@ class MetricWriter:
         else:
             _append_whole(self.path, line.encode())
         if self._tb is not None:
-            self._tb.add_scalars(int(step), record['time'], {n: v for n, v in record.items()
-                                                             if n not in ('step', 'time') and isinstance(v, (int, float))})
+            scalars = {n: v for n, v in record.items() if n not in ('step', 'time') and isinstance(v, (int, float))}
+            self._tb.add_scalars(int(step), record['time'], scalars)
 
     def _upload(self):
         fs.write_text(self.path, ''.join(self._lines))
