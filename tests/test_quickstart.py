@@ -13,18 +13,13 @@ from conftest import REPO
 from test_train import read_metrics, train_lines
 
 
-def reduced_quickstart(**overrides):
+def reduced_quickstart():
+    """The quickstart on the newcomer's path (native torch on the CPU), shrunk to a minute."""
     config = load_config(f'{REPO}/configs/quickstart.py')
-    config.data.generate_train = 300
-    config.data.generate_test = 64
-    config.train.total_steps = 40
-    config.train.log_every_steps = 10
-    config.train.eval_every_steps = 40
-    config.optim.warmup_steps = 10
-    config.act.halt_max_steps = 4
-    for key, value in overrides.items():
-        section, leaf = key.split('.')
-        config[section][leaf] = value
+    config.update_from_flattened_dict({
+        'backend': 'native', 'native.compile': 'none', 'data.generate_train': 300, 'data.generate_test': 64,
+        'train.total_steps': 40, 'train.log_every_steps': 10, 'train.eval_every_steps': 40,
+        'optim.warmup_steps': 10, 'act.halt_max_steps': 4})
     return config
 
 
@@ -32,8 +27,8 @@ def test_reduced_quickstart_learns_above_chance(tmp_path):
     workdir = tmp_path / 'quickstart'
     final = train_and_evaluate(reduced_quickstart(), str(workdir))
     accuracy = [r['train/accuracy'] for r in train_lines(read_metrics(workdir))]
-    # Chance is 1/9 per cell; the model must have learned at least to keep the givens.
-    assert accuracy[0] < 0.13 < 0.16 < accuracy[-1], accuracy
+    # Chance is 1/9 per cell; in 40 steps the model starts to keep the givens (~half the cells).
+    assert accuracy[0] < 0.14 and accuracy[-1] > accuracy[0] + 0.05, accuracy
     assert final['eval/count'] == 64
 
     model = load_model(str(workdir))
