@@ -22,7 +22,7 @@ class BackendError(UserError):
 def select_backend(requested):
     """'auto' -> the fastest backend where it runs: 'xla' on a TPU VM or when PJRT_DEVICE names
     the devices (SPMD over virtual CPU devices), else 'native' (CUDA, and a plain CPU, where
-    plain torch is ~3x faster per step than XLA's CPU backend: benchmarks/README.md)."""
+    torch.compile beats XLA's CPU backend per step: benchmarks/README.md)."""
     if requested == 'auto':
         wants_xla = 'PJRT_DEVICE' in os.environ or on_tpu_vm()
         return 'xla' if wants_xla and not torch.cuda.is_available() and xla_available() else 'native'
