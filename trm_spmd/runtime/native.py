@@ -50,6 +50,9 @@ class NativeRuntime(Runtime):
         self.axis_names = tuple(axis_names)
         self.compile_mode = compile_mode
         self.fast_dtype = fast_dtype(self.device)
+        if compile_mode != 'none' and self.device.type == 'cpu':   # inductor's CUDA and TF32 notes mislead here
+            logging.getLogger('torch.utils.cpp_extension').setLevel(logging.ERROR)
+            warnings.filterwarnings('ignore', message='Please use the new API settings to control TF32')
 
     def put_batch(self, host_batch):
         return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device, non_blocking=True)
@@ -58,9 +61,6 @@ class NativeRuntime(Runtime):
     def compile(self, fn, name, max_graphs=None):
         if self.compile_mode == 'none':
             return fn
-        if self.device.type == 'cpu':   # inductor's notes about CUDA and TF32 mislead on a CPU
-            logging.getLogger('torch.utils.cpp_extension').setLevel(logging.ERROR)
-            warnings.filterwarnings('ignore', message='Please use the new API settings to control TF32')
         return torch.compile(fn, mode=None if self.compile_mode == 'default' else self.compile_mode)
 
     def all_reduce_sum_(self, tensors):
