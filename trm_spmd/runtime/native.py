@@ -50,9 +50,13 @@ class NativeRuntime(Runtime):
         self.axis_names = tuple(axis_names)
         self.compile_mode = compile_mode
         self.fast_dtype = fast_dtype(self.device)
-        if compile_mode != 'none' and self.device.type == 'cpu':   # inductor's CUDA and TF32 notes mislead here
+        if compile_mode != 'none' and self.device.type == 'cpu':
+            # inductor's CUDA and TF32 notes mislead here
             logging.getLogger('torch.utils.cpp_extension').setLevel(logging.ERROR)
             warnings.filterwarnings('ignore', message='Please use the new API settings to control TF32')
+            # Else inductor sums the embedding gradient with parallel atomic adds and no two runs
+            # (nor a resumed one) agree; the deterministic lowering costs nothing measurable here.
+            torch.use_deterministic_algorithms(True, warn_only=True)
 
     def put_batch(self, host_batch):
         return {k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device, non_blocking=True)
