@@ -7,12 +7,14 @@ solutions) with the built-in generator and caches them, then trains until the he
 exact accuracy reaches 90% (evaluated every 100 steps; at most 1,500 steps) and stops
 there with a checkpoint. Set --config.train.stop_at_exact_accuracy=0 to train all steps.
 
-Small model (hidden 128, token-mixing MLP, 2 layers, T=2, n=4, 8 ACT steps, no puzzle
+Small model (hidden 128, token-mixing MLP, 2 layers, T=1, n=2, 8 ACT steps, no puzzle
 embedding), batch 64 with fresh symmetry augmentation for every row, AdamW at a constant
-1e-3 after 100 warm-up steps, no EMA. Measured (README): with an EMA 0.99 and a cosine decay
-to 0.1 the same model had 57% at step 600 where this recipe has 67%, and 83.6% at step 1,000
-where this one passes 90% at 900. The EMA alone, on this constant rate, helps at step 500
-(configs/cpu_study.py: 52.2% with it, 42.2% without, one run each).
+1e-3 after 100 warm-up steps, no EMA. Measured on a 2-core AVX2 CPU (README): 91.6% at
+step 1,000, 9:35 from a fresh start. The recursion is the shallowest because
+on a CPU it reaches 90% first: a step costs 0.34 s against 0.94 s at T=2, n=4, and at equal
+steps it is about as accurate this early (README; configs/cpu_study.py). An EMA 0.99 reached
+90% at step 900 instead of 1,000 in one run each, about the same time; a cosine decay to
+0.1 of the rate was slower (at T=2, n=4: 57% at step 600 where the constant rate has 67%).
 
 On a CPU the `auto` backend is plain torch under torch.compile, the fastest CPU path
 (BUILD.md: Backends), in bfloat16 where the CPU computes it natively (AVX512-BF16, AMX) and
@@ -24,7 +26,7 @@ from trm_spmd.config import family_config
 FIELDS = {
     'data.generate': True, 'data.generate_train': 5000, 'data.generate_test': 500, 'data.generate_blanks': (30, 45),
     'data.augment': True, 'data.global_batch_size': 64, 'eval.global_batch_size': 256,
-    'model.hidden_size': 128, 'model.expansion': 2.0, 'model.H_cycles': 2, 'model.L_cycles': 4,
+    'model.hidden_size': 128, 'model.expansion': 2.0, 'model.H_cycles': 1, 'model.L_cycles': 2,
     'model.puzzle_emb_ndim': 0, 'model.puzzle_emb_len': 0, 'model.forward_dtype': 'auto',
     'act.halt_max_steps': 8,
     'optim.name': 'adamw', 'optim.lr': 1e-3, 'optim.weight_decay': 0.1, 'optim.warmup_steps': 100,
