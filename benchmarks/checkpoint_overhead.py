@@ -47,7 +47,7 @@ def random_carry(bench, rows):
     generator = torch.Generator().manual_seed(0)
     for key in ('z_H', 'z_L'):
         carry[key] = torch.randn(carry[key].shape, generator=generator).to(carry[key].dtype)
-    cells = common.synthetic_batch(np.random.default_rng(0), rows)
+    cells = common.synthetic_batch(np.random.default_rng(0), rows, config=bench.config)
     carry.update({k: torch.from_numpy(v) for k, v in cells.items()})
     carry['halted'] = torch.zeros(rows, dtype=torch.bool)
     return {k: runtime.shard_along_data(v.to(runtime.device)) for k, v in carry.items()}

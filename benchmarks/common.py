@@ -21,9 +21,7 @@ from trm_spmd.config.flags import check_config_argv, config_source, define_confi
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results')
 DEFAULT_CONFIG = 'configs/baseline.py'
-SEQ_LEN = 81
-BLANK_TOKEN = 1            # token ids: 0 pad, 1 empty cell, 2..10 digits 1..9
-DIGIT_TOKENS = (2, 11)
+BLANK_TOKEN = 1            # Sudoku's token ids: 0 pad, 1 empty cell, 2..10 digits 1..9
 
 FLAGS = flags.FLAGS
 
@@ -65,11 +63,15 @@ def config_and_overrides(**changes):
     return config, overrides
 
 
-def synthetic_batch(rng, rows, num_puzzle_identifiers=1, blank_fraction=0.6):
-    """One host batch as the loader gives it: int32 inputs [rows, 81] in 1..10, labels in 2..10.
-    Its cost does not depend on the values (fixed shapes, halting by masking)."""
-    labels = rng.integers(*DIGIT_TOKENS, size=(rows, SEQ_LEN), dtype=np.int32)
-    inputs = np.where(rng.random((rows, SEQ_LEN)) < blank_fraction, BLANK_TOKEN, labels).astype(np.int32)
+def synthetic_batch(rng, rows, num_puzzle_identifiers=1, blank_fraction=0.6, config=None):
+    """One host batch as the loader gives it, of the sizes of the config's task (default
+    Sudoku's): int32 inputs [rows, seq_len] in 1..vocab-1, labels in 2..vocab-1. Its cost
+    does not depend on the values (fixed shapes, halting by masking)."""
+    from trm_spmd import tasks
+    sizes = tasks.sizes(config) if config is not None else tasks.get('sudoku').sizes(None)
+    shape = (rows, sizes['seq_len'])
+    labels = rng.integers(2, sizes['vocab_size'], size=shape, dtype=np.int32)
+    inputs = np.where(rng.random(shape) < blank_fraction, BLANK_TOKEN, labels).astype(np.int32)
     ids = rng.integers(0, num_puzzle_identifiers, size=rows, dtype=np.int32)
     return {'inputs': inputs, 'labels': labels, 'puzzle_identifiers': ids}
 

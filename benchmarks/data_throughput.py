@@ -23,8 +23,10 @@ import time
 import numpy as np
 from absl import app, flags
 
-from trm_spmd.data import Prefetcher, TrainBatches, generate, load_split, solver, sudoku
-from trm_spmd.data.build_sudoku import build_from_files, build_generated
+from trm_spmd.data import Prefetcher, TrainBatches, load_split
+from trm_spmd.tasks.sudoku import TASK as SUDOKU, generate, solver
+from trm_spmd.tasks.sudoku import grid as sudoku
+from trm_spmd.tasks.sudoku.build import build_from_files, build_generated
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '..', 'shared',
                            'sudoku_data')
@@ -68,7 +70,7 @@ def loader(workdir, smoke, seconds):
         rows = global_batch // hosts
         for augment in (False, True):
             batch_at = TrainBatches(split, global_batch, seed=0, process_index=hosts - 1,
-                                    process_count=hosts, augment=augment).batch_at
+                                    process_count=hosts, augment=SUDOKU.augmentation if augment else None).batch_at
             steps = iter(range(1 << 62))
             direct = _rate(lambda: batch_at(next(steps)), rows, seconds)
             with Prefetcher(batch_at, depth=2) as batches:

@@ -46,12 +46,12 @@ class EvalBench:
         rng = np.random.default_rng([config.seed, runtime.process_index])
         batches = []
         for _ in range(num_batches):
-            batch = common.synthetic_batch(rng, rows)
-            batch['blanks'] = (batch['inputs'] == common.BLANK_TOKEN).sum(-1).astype(np.int32)
+            batch = common.synthetic_batch(rng, rows, config=config)
+            batch['difficulty'] = (batch['inputs'] == common.BLANK_TOKEN).sum(-1).astype(np.int32)
             batches.append(batch)
         # No dataset ratings: rows are bucketed by blank count, as for a generated dataset.
-        self.evaluator = Evaluator(trainer, config, runtime, batches, DifficultyBuckets(ratings_known=False),
-                                   workdir='')
+        self.evaluator = Evaluator(trainer, config, runtime, batches,
+                                   DifficultyBuckets('difficulty', 'blanks', range(0, 85, 5)), workdir='')
         self.flops_per_example = eval_flops_per_example_step(trainer.cfg) * self.act_steps
 
     def run(self):

@@ -40,7 +40,7 @@ def official_arch(config, batch_size):
     """Our config's network as the official model's config dict."""
     m, a = config.model, config.act
     return dict(
-        batch_size=batch_size, seq_len=common.SEQ_LEN, vocab_size=11, num_puzzle_identifiers=1,
+        batch_size=batch_size, seq_len=81, vocab_size=11, num_puzzle_identifiers=1,
         puzzle_emb_ndim=m.puzzle_emb_ndim, puzzle_emb_len=m.puzzle_emb_len if m.puzzle_emb_ndim else 0,
         H_cycles=m.H_cycles, L_cycles=m.L_cycles, H_layers=0, L_layers=m.L_layers, hidden_size=m.hidden_size,
         expansion=m.expansion, num_heads=m.num_heads, pos_encodings=m.pos_encodings, rms_norm_eps=m.rms_norm_eps,

@@ -56,7 +56,7 @@ class TrainBench:
         self.state = initial_state(self.trainer, runtime, self.global_batch)
         rows = self.global_batch // runtime.process_count
         rng = np.random.default_rng([config.seed, runtime.process_index])
-        self.host_batches = [common.synthetic_batch(rng, rows) for _ in range(num_batches)]
+        self.host_batches = [common.synthetic_batch(rng, rows, config=config) for _ in range(num_batches)]
         self.flops_per_example = train_flops_per_example_step(self.trainer.cfg, self.H, self.L)
         self.parameters = trainable_param_count(self.trainer.model)
         self.count = 0

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from trm_spmd.data import augment, generate, solver, sudoku
+from trm_spmd.tasks.sudoku import augment, generate, solver
+from trm_spmd.tasks.sudoku import grid as sudoku
 
 
 def _pairs(count):

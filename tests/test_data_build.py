@@ -10,8 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from trm_spmd.data import build_sudoku, dataset, load_split, sudoku
-from trm_spmd.data.sudoku import DataError, PuzzleError
+from trm_spmd.data import dataset, load_split
+from trm_spmd.tasks import sudoku as sudoku_task
+from trm_spmd.tasks.sudoku import build as build_sudoku
+from trm_spmd.tasks.sudoku import grid as sudoku
+from trm_spmd.data.errors import DataError, PuzzleError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -48,7 +51,7 @@ def test_every_row_is_a_valid_pair_and_groups_are_variants(built, hardest):
     puzzles, solutions, ratings = (_lines(path) for path in hardest)
     ratings = [int(x) for x in ratings]
     for split in ('train', 'test'):
-        data = load_split(built, split)
+        data = load_split(built, split, difficulty=sudoku_task.TASK.difficulty)
         inputs, labels = np.asarray(data.inputs), np.asarray(data.labels)
         assert sudoku.is_solution_grid(labels - 1).all()
         givens = inputs != sudoku.BLANK_TOKEN
@@ -59,7 +62,7 @@ def test_every_row_is_a_valid_pair_and_groups_are_variants(built, hardest):
             line = puzzles.index(original)      # the first of a group is the file's puzzle
             assert sudoku.format_grid(labels[data.group_indices[g]] - 1) == solutions[line]
             assert (data.ratings[rows] == ratings[line]).all()
-            assert len(set(data.blanks[rows].tolist())) == 1
+            assert len(set(data.difficulty[rows].tolist())) == 1
             assert len({x.tobytes() for x in inputs[rows]}) == rows.stop - rows.start
 
 
@@ -247,9 +250,9 @@ def test_cli_generate(tmp_path):
     result = _cli('--generate=20', '--test_generate=4', '--blanks=40:45', '--num_aug=1',
                   f'--output_dir={tmp_path / "gen"}')
     assert result.returncode == 0, result.stderr
-    train, test = load_split(tmp_path / 'gen', 'train'), load_split(tmp_path / 'gen', 'test')
+    train, test = (load_split(tmp_path / 'gen', s, difficulty=sudoku_task.TASK.difficulty) for s in ('train', 'test'))
     assert (train.num_groups, train.num_examples, test.num_examples) == (20, 40, 4)
-    assert ((train.blanks >= 40) & (train.blanks <= 45)).all()
+    assert ((train.difficulty >= 40) & (train.difficulty <= 45)).all()
     assert sudoku.is_solution_grid(np.asarray(test.labels) - 1).all()
     build_sudoku.build_generated(tmp_path / 'again', 20, 4, (40, 45), 0, num_aug=1, progress=False)
     assert _files(tmp_path / 'again') == _files(tmp_path / 'gen')

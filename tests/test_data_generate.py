@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from trm_spmd.data import generate, solver, sudoku
-from trm_spmd.data.sudoku import DataError
+from trm_spmd.tasks.sudoku import generate, solver
+from trm_spmd.tasks.sudoku import grid as sudoku
+from trm_spmd.data.errors import DataError
 
 
 @pytest.mark.parametrize('blanks', [(30, 45), (50, 52), (0, 0)])

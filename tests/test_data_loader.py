@@ -5,11 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from trm_spmd.data import EvalBatches, Prefetcher, TrainBatches, load_split, sudoku
-from trm_spmd.data.build_sudoku import build_generated
+from trm_spmd.data import EvalBatches, Prefetcher, TrainBatches, load_split
+from trm_spmd.tasks.sudoku import TASK as SUDOKU, grid as sudoku
+
+AUGMENT = SUDOKU.augmentation
+from trm_spmd.tasks.sudoku.build import build_generated
 from trm_spmd.data.dataset import DatasetError, Split
 from trm_spmd.batch import IGNORE_LABEL
-from trm_spmd.data.sudoku import DataError
+from trm_spmd.data.errors import DataError
 from trm_spmd.errors import UserError
 
 
@@ -91,10 +94,10 @@ def test_seed_determines_the_stream(generated):
 @pytest.mark.parametrize('augment', [False, True])
 def test_host_slices_partition_the_global_batch(generated, augment):
     split = load_split(generated, 'train')
-    reference = TrainBatches(split, 16, seed=5, augment=augment)
+    reference = TrainBatches(split, 16, seed=5, augment=AUGMENT if augment else None)
     full = [reference.batch_at(s) for s in range(7)]
     for hosts in (2, 4, 8):
-        loaders = [TrainBatches(split, 16, seed=5, process_index=i, process_count=hosts, augment=augment)
+        loaders = [TrainBatches(split, 16, seed=5, process_index=i, process_count=hosts, augment=AUGMENT if augment else None)
                    for i in range(hosts)]
         for step in range(7):
             parts = [loader.batch_at(step) for loader in loaders]
@@ -106,7 +109,7 @@ def test_host_slices_partition_the_global_batch(generated, augment):
 def test_augmented_batches_are_valid_and_fresh(generated):
     split = load_split(generated, 'train')
     plain = TrainBatches(split, 32, seed=0)
-    augmented = TrainBatches(split, 32, seed=0, augment=True)
+    augmented = TrainBatches(split, 32, seed=0, augment=AUGMENT)
     for step in range(3):
         p, a = plain.batch_at(step), augmented.batch_at(step)
         assert sudoku.is_solution_grid(a['labels'] - 1).all()
@@ -127,11 +130,11 @@ def test_batch_size_must_divide_by_hosts(generated):
 @pytest.mark.parametrize('augment', [False, True])
 def test_a_resumed_position_gives_the_same_batches_on_any_host_count(generated, augment):
     split = load_split(generated, 'train')
-    straight = TrainBatches(split, 16, seed=9, augment=augment)
+    straight = TrainBatches(split, 16, seed=9, augment=AUGMENT if augment else None)
     expected = [straight.batch_at(s) for s in range(12)]
     position = json.loads(json.dumps(straight.position(5)))      # survives a checkpoint file
     assert position['step'] == 5 and (position['epoch'], position['offset']) == divmod(5 * 16, 40)
-    resumed = TrainBatches(split, 16, seed=9, process_index=1, process_count=2, augment=augment)
+    resumed = TrainBatches(split, 16, seed=9, process_index=1, process_count=2, augment=AUGMENT if augment else None)
     resumed.check_position(position)
     with Prefetcher(resumed.batch_at, start=position['step'], depth=3) as batches:
         for step in range(5, 12):
@@ -168,7 +171,7 @@ def test_prefetcher_close_stops_an_endless_producer(generated):
 
 
 def test_eval_batches_pad_the_last_batch(generated):
-    split = load_split(generated, 'test')          # 21 examples
+    split = load_split(generated, 'test', difficulty=SUDOKU.difficulty)   # 21 examples
     batches = EvalBatches(split, 8)
     assert batches.num_batches == len(batches) == 3
     out = list(batches)
@@ -181,7 +184,7 @@ def test_eval_batches_pad_the_last_batch(generated):
     assert (index[:21] == np.arange(21)).all()
     inputs = np.concatenate([b['inputs'] for b in out])[:21]
     assert (inputs == np.asarray(split.inputs)).all()
-    assert (np.concatenate([b['blanks'] for b in out])[:21] == (inputs == 1).sum(1)).all()
+    assert (np.concatenate([b['difficulty'] for b in out])[:21] == (inputs == 1).sum(1)).all()
     assert all((a['inputs'] == b['inputs']).all() for a, b in zip(out, batches))   # re-iterable
 
 
@@ -206,7 +209,7 @@ def test_eval_max_examples(generated):
 def test_load_split_errors_name_path_and_fix(generated, tmp_path):
     with pytest.raises(DatasetError, match=r'dataset not found at .*missing: build it with python -m '
                                            r'trm_spmd\.data\.build_sudoku'):
-        load_split(tmp_path / 'missing', 'train')
+        load_split(tmp_path / 'missing', 'train', build_hint=SUDOKU.build_hint())
     broken = tmp_path / 'broken'
     broken.mkdir()
     (broken / 'train').symlink_to(generated / 'train')

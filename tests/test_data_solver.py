@@ -8,7 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from trm_spmd.data import solver, sudoku
+from trm_spmd.tasks.sudoku import solver
+from trm_spmd.tasks.sudoku import grid as sudoku
 
 FILES = ['norvig_top95', 'forum_hardest_1106', 'magictour_top1465', 'forum_hardest_1905_11plus', '17_clue']
 

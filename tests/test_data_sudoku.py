@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from trm_spmd.data import sudoku
-from trm_spmd.data.sudoku import DataError, Problems, PuzzleError, check_solutions, read_puzzles
+from trm_spmd.tasks.sudoku import grid as sudoku
+from trm_spmd.data.errors import DataError, Problems, PuzzleError
+from trm_spmd.tasks.sudoku.grid import check_solutions, read_puzzles
 
 PUZZLE = '........8..3...4...9..2..6.....79.......612...6.5.2.7...8...5...1.....2.4.5.....3'
 SOLUTION = '621943758783615492594728361142879635357461289869532174238197546916354827475286913'

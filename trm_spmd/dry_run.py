@@ -1,5 +1,6 @@
 """--dry_run: everything a run would be, without training it."""
 
+from trm_spmd import tasks
 from trm_spmd.config import config_hash, validate
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.flops import train_flops_per_example_step
@@ -12,7 +13,7 @@ def dry_run(config, source, print_fn=print):
     validate(config, runtime.device_count, runtime.process_count)
     data_axis, model_axis = runtime.mesh_shape
     batch = config.data.global_batch_size
-    cfg = TRMConfig.from_config(config).with_auto_dtype(runtime.fast_dtype)
+    cfg = TRMConfig.from_config(config, **tasks.sizes(config)).with_auto_dtype(runtime.fast_dtype)
     params = trainable_param_count(TRM(cfg))
     flops = train_flops_per_example_step(cfg)
     print_fn(config.to_yaml() if hasattr(config, 'to_yaml') else str(config))
@@ -24,6 +25,7 @@ def dry_run(config, source, print_fn=print):
         ('mesh', f'({data_axis}, {model_axis}) axes {tuple(runtime.axis_names)}'),
         ('devices', f'{runtime.device_count} total, {runtime.local_device_count} per host, '
                     f'{runtime.process_count} host(s), this is host {runtime.process_index}'),
+        ('task', f'{config.data.task} (sequence {cfg.seq_len}, vocabulary {cfg.vocab_size})'),
         ('global batch', batch),
         ('per-host batch', batch // runtime.process_count),
         ('per-device batch', batch // data_axis),

@@ -1,13 +1,19 @@
-"""Solve Sudoku puzzles with a trained TRM, on the CPU.
+"""Solve puzzles of the run's task (Sudoku, mazes) with a trained TRM, on the CPU.
 
   python -m trm_spmd.solve --checkpoint=runs/quickstart --puzzle=4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......
   python -m trm_spmd.solve --checkpoint=runs/quickstart --file=puzzles.txt
+  python -m trm_spmd.solve --checkpoint=runs/maze_cpu --puzzle='#S  ...'   (a maze: N*N characters)
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
 them) or one checkpoint step directory. The model runs all halt_max_steps ACT steps, as the
 evaluation does, or --act_steps of them (more than training used: test-time recursion);
 with --stop_when_confident each puzzle stops at the first step whose halting logit says
 "done" (q_halt > 0), as in training.
+
+Every puzzle is checked before the model sees it (the task's check_input): one that has no
+answer (clashing givens, a goal the start cannot reach) is an error naming why; with
+--file its line is reported and the others are still solved. --file holds one puzzle a
+line, or is a CSV in the official source,question,answer,rating layout.
 """
 
 import json
@@ -19,9 +25,9 @@ import torch
 from absl import flags, logging
 from ml_collections import ConfigDict
 
-from trm_spmd import errors, fs
+from trm_spmd import errors, fs, tasks
 from trm_spmd.checkpoint import Checkpointer
-from trm_spmd.data.sudoku import parse_grid, to_tokens, unit_conflict
+from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
 from trm_spmd.model.act import act_step, initial_carry
 from trm_spmd.model.config import TRMConfig
@@ -31,7 +37,8 @@ from trm_spmd.runtime.native import fast_dtype
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('checkpoint', None, 'run directory or checkpoint step directory')
-flags.DEFINE_string('puzzle', None, '81 characters, row by row, "." or "0" for a blank')
+flags.DEFINE_string('puzzle', None, 'one puzzle, row by row: Sudoku 81 characters ("." or "0" blank); '
+                    'a maze N*N characters of "#", " ", "S", "G"')
 flags.DEFINE_string('file', None, 'a file of puzzles, one per line')
 flags.DEFINE_bool('stop_when_confident', False, 'stop each puzzle at its first q_halt > 0')
 flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_steps the model was trained with)')
@@ -50,7 +57,8 @@ def _run_dir_and_checkpoints(path):
                     f'directory inside one')
 
 
-def load_model(path):
+def load_run(path):
+    """(the run's config, its checkpoint state) of a run or checkpoint step directory."""
     run, checkpoints, step = _run_dir_and_checkpoints(path)
     config = ConfigDict(json.loads(fs.read_text(fs.join(run, 'config.json'))))
     checkpointer = Checkpointer(run, keep=1, keep_best=0, async_save=False, is_main_host=False)
@@ -60,30 +68,44 @@ def load_model(path):
         raise UserError(f'no checkpoint in {checkpoints} ({e}); train first, or pass a step directory') from None
     finally:
         checkpointer.close()
+    return config, state
+
+
+def build_model(config, state, seq_len):
+    """The trained model (EMA weights when the run kept them) for puzzles of seq_len tokens."""
     shapes = {k: np.asarray(v).shape for k, v in state['model'].items()}
-    cfg = TRMConfig.from_config(config, vocab_size=shapes['embed_tokens.weight'][0],
+    cfg = TRMConfig.from_config(config, vocab_size=shapes['embed_tokens.weight'][0], seq_len=seq_len,
                                 num_puzzle_identifiers=shapes['puzzle_emb'][0] if 'puzzle_emb' in shapes else 1,
                                 ).with_auto_dtype(fast_dtype(torch.device('cpu')))
     model = TRM(cfg)
     weights = {k: torch.from_numpy(np.asarray(v)) for k, v in state['model'].items()}
     weights.update({k: torch.from_numpy(np.asarray(v)) for k, v in state.get('ema', {}).items()})
-    model.load_state_dict({k: v.to(model.state_dict()[k].dtype) for k, v in weights.items()})
+    expected = model.state_dict()
+    for k, v in weights.items():
+        if k in expected and tuple(v.shape) != tuple(expected[k].shape):
+            raise UserError(f'the puzzles have {seq_len} cells but the model was trained on other sizes '
+                            f'({k} is {tuple(v.shape)}, not {tuple(expected[k].shape)}): give puzzles of its size')
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in weights.items()})
     model.eval()
     return model
 
 
+def task_of(config):
+    return tasks.get(config.get('data', {}).get('task', 'sudoku'))
+
+
 @torch.no_grad()
-def solve(model, puzzles, stop_when_confident=False, act_steps=0):
-    """puzzles uint8 [N, 81] digits -> per puzzle (digits [81], ACT steps used, halt probability)."""
+def solve(model, inputs, stop_when_confident=False, act_steps=0):
+    """inputs int [N, L] tokens -> per puzzle (predicted tokens [L], ACT steps used, halt probability)."""
     max_steps = act_steps or model.config.halt_max_steps
-    tokens = torch.from_numpy(to_tokens(puzzles).astype(np.int32))
+    tokens = torch.from_numpy(np.asarray(inputs, np.int32))
     batch = {'inputs': tokens, 'labels': torch.zeros_like(tokens),
-             'puzzle_identifiers': torch.zeros(len(puzzles), dtype=torch.int32)}
-    carry = initial_carry(model, len(puzzles), 'cpu')
+             'puzzle_identifiers': torch.zeros(len(tokens), dtype=torch.int32)}
+    carry = initial_carry(model, len(tokens), 'cpu')
     answer = torch.zeros_like(tokens)
-    used = torch.zeros(len(puzzles), dtype=torch.int32)
-    confidence = torch.zeros(len(puzzles))
-    done = torch.zeros(len(puzzles), dtype=torch.bool)
+    used = torch.zeros(len(tokens), dtype=torch.int32)
+    confidence = torch.zeros(len(tokens))
+    done = torch.zeros(len(tokens), dtype=torch.bool)
     for step in range(1, max_steps + 1):
         carry, outputs = act_step(model, carry, batch, training=False, max_steps=max_steps)
         q_halt = outputs['q_halt_logits']
@@ -93,58 +115,61 @@ def solve(model, puzzles, stop_when_confident=False, act_steps=0):
         used[stop] = step
         confidence[stop] = torch.sigmoid(q_halt[stop])
         done |= stop
-    digits = np.clip(answer.numpy() - 1, 0, 9).astype(np.uint8)
-    return [(digits[i], int(used[i]), float(confidence[i])) for i in range(len(puzzles))]
+    answer = answer.numpy()
+    return [(answer[i], int(used[i]), float(confidence[i])) for i in range(len(tokens))]
 
 
-def grid_text(digits):
-    rows = []
-    for r in range(9):
-        cells = ['.' if d == 0 else str(d) for d in digits[r * 9:(r + 1) * 9]]
-        rows.append(' '.join(cells[0:3]) + ' | ' + ' '.join(cells[3:6]) + ' | ' + ' '.join(cells[6:9]))
-        if r in (2, 5):
-            rows.append('------+-------+------')
-    return rows
+def report(task, inputs, prediction, steps, confidence, max_steps):
+    _, judgement = task.verdict(inputs, prediction)
+    return (f'{task.render(inputs, prediction)}\n'
+            f'ACT steps: {steps} of {max_steps}   halting confidence: {confidence:.1%}   solution: {judgement}')
 
 
-def verdict(puzzle, digits):
-    if (digits == 0).any():
-        return 'not a complete grid'
-    given = puzzle > 0
-    if (digits[given] != puzzle[given]).any():
-        return 'invalid: changes a given digit'
-    conflict = unit_conflict(digits)
-    return f'invalid: {conflict}' if conflict else 'valid'
-
-
-def report(puzzle, digits, steps, confidence, max_steps):
-    left, right = grid_text(puzzle), grid_text(digits)
-    lines = [f'{"puzzle":<23}   {"model":<23}']
-    lines += [f'{a:<23}   {b}' for a, b in zip(left, right)]
-    lines.append(f'ACT steps: {steps} of {max_steps}   halting confidence: {confidence:.1%}   '
-                 f'solution: {verdict(puzzle, digits)}')
-    return '\n'.join(lines)
-
-
-def read_puzzles():
+def _puzzle_texts():
+    """[(where, text)] from --puzzle or --file (one puzzle a line, or an official CSV)."""
     if bool(FLAGS.puzzle) == bool(FLAGS.file):
-        raise UserError('pass exactly one of --puzzle=81CHARS or --file=PATH')
-    texts = [FLAGS.puzzle] if FLAGS.puzzle else None
-    if texts is None:
-        if not os.path.exists(FLAGS.file):
-            raise UserError(f'{FLAGS.file}: file not found')
-        with open(FLAGS.file) as f:
-            texts = [line for line in f.read().splitlines() if line.strip()]
-        if not texts:
-            raise UserError(f'{FLAGS.file}: no puzzles in the file')
-    puzzles = []
-    for number, text in enumerate(texts, 1):
+        raise UserError('pass exactly one of --puzzle=PUZZLE or --file=PATH')
+    if FLAGS.puzzle:
+        return [('--puzzle', FLAGS.puzzle)]
+    if not os.path.exists(FLAGS.file):
+        raise UserError(f'{FLAGS.file}: file not found')
+    with open(FLAGS.file, encoding='utf-8', errors='replace') as f:
+        lines = f.read().splitlines()
+    first = next((line for line in lines if line.strip()), '')
+    if first.replace(' ', '').startswith('source,question') or first.startswith('question'):
+        errors_found = {}
+        texts = [(f'{FLAGS.file}:{row[0]}', row[1]) for row in csv_rows(FLAGS.file, lines, errors_found)]
+        if errors_found:
+            raise UserError(errors_found[min(errors_found)])
+    else:
+        # Only the line end is dropped: a maze's open cells are spaces.
+        texts = [(f'{FLAGS.file}:{n}', line.rstrip('\r\n')) for n, line in enumerate(lines, 1) if line.strip()]
+    if not texts:
+        raise UserError(f'{FLAGS.file}: no puzzles in the file')
+    return texts
+
+
+def read_puzzles(task):
+    """(tokens [N, L] of the good puzzles, their labels, one 'error: WHERE: reason' per bad one)."""
+    good, where, bad = [], [], []
+    for place, text in _puzzle_texts():
         try:
-            puzzles.append(parse_grid(text))
+            tokens = task.parse(text if task.name == 'maze' else text.strip())
         except ValueError as e:
-            where = f'{FLAGS.file}:{number}' if FLAGS.file else '--puzzle'
-            raise UserError(f'{where}: puzzle {e}') from None
-    return np.stack(puzzles)
+            bad.append(f'{place}: puzzle {e}')
+            continue
+        problem, warning = task.check_input(tokens)
+        if problem:
+            bad.append(f'{place}: {problem}')
+            continue
+        if warning:
+            print(f'warning: {place}: {warning}', file=sys.stderr)
+        good.append(tokens)
+        where.append(place)
+    if good and len({len(t) for t in good}) > 1:
+        raise UserError(f'{FLAGS.file}: the puzzles have different sizes ({sorted({len(t) for t in good})} cells): '
+                        f'solve one size at a time')
+    return good, where, bad
 
 
 def main(argv):
@@ -153,16 +178,24 @@ def main(argv):
         raise UserError('--checkpoint=RUN_DIR is required')
     if FLAGS.act_steps < 0:
         raise UserError(f'--act_steps={FLAGS.act_steps} must be >= 1 (or 0: as trained)')
-    puzzles = read_puzzles()
-    model = load_model(FLAGS.checkpoint)
+    config, state = load_run(FLAGS.checkpoint)
+    task = task_of(config)
+    puzzles, _, bad = read_puzzles(task)
+    if not puzzles:
+        raise UserError(bad[0] if len(bad) == 1 else f'no puzzle can be solved: {"; ".join(bad[:3])}')
+    for message in bad:
+        print(f'error: {message}', file=sys.stderr)
+    model = build_model(config, state, len(puzzles[0]))
     max_steps = FLAGS.act_steps or model.config.halt_max_steps
-    results = solve(model, puzzles, FLAGS.stop_when_confident, max_steps)
-    valid = 0
-    for puzzle, (digits, steps, confidence) in zip(puzzles, results):
-        print(report(puzzle, digits, steps, confidence, max_steps), end='\n\n')
-        valid += verdict(puzzle, digits) == 'valid'
+    results = solve(model, np.stack(puzzles), FLAGS.stop_when_confident, max_steps)
+    correct = 0
+    for inputs, (prediction, steps, confidence) in zip(puzzles, results):
+        print(report(task, inputs, prediction, steps, confidence, max_steps), end='\n\n')
+        correct += task.verdict(inputs, prediction)[0]
     if len(puzzles) > 1:
-        print(f'{valid} of {len(puzzles)} puzzles solved ({valid / len(puzzles):.1%})')
+        print(f'{correct} of {len(puzzles)} puzzles solved ({correct / len(puzzles):.1%})')
+    if bad:
+        sys.exit(2)
 
 
 def run():

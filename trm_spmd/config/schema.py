@@ -20,12 +20,16 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- data --------------------------------------------------------------
     c.data = d = ml_collections.ConfigDict()
+    d.task = 'sudoku'            # task family (trm_spmd/tasks): 'sudoku' | 'maze'
     d.path = ''                  # dataset dir in the official TinyRecursiveModels layout
-    d.generate = False           # build the dataset with the built-in generator if `path` is missing
+    d.generate = False           # build the dataset with the task's generator if `path` is missing
     d.generate_train = 5000      # generated training puzzles
     d.generate_test = 500        # generated held-out puzzles
-    d.generate_blanks = (30, 45)  # blanks per generated puzzle, inclusive range
-    d.augment = False            # on-the-fly symmetry augmentation of training batches
+    d.generate_blanks = (30, 45)  # sudoku: blanks per generated puzzle, inclusive range
+    d.generate_size = 30         # maze: side of the generated grids
+    d.generate_min_path = 0      # maze: keep mazes whose shortest path has more moves (0: 110 scaled to the size)
+    d.generate_num_aug = 0       # dihedral copies per generated training puzzle, written at build time
+    d.augment = False            # on-the-fly symmetry augmentation of training batches (the task's symmetries)
     d.global_batch_size = 768
     d.prefetch = 2               # batches prepared ahead by a background thread
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 
+from trm_spmd import tasks
 from trm_spmd.errors import UserError
 from trm_spmd.model.config import ModelConfigError, TRMConfig
 
@@ -90,10 +91,12 @@ def validate(config, device_count=None, process_count=1):
     _check(c.checkpoint.keep_best >= 0, f'checkpoint.keep_best={c.checkpoint.keep_best} must be >= 0')
     _check(len(c.mesh.axis_names) == 2 and tuple(c.mesh.axis_names) == ('data', 'model'),
            f'mesh.axis_names={c.mesh.axis_names} must be (data, model)')
+    _one_of(c.data.task, 'data.task', tasks.NAMES)
+    _check(c.data.generate_num_aug >= 0, f'data.generate_num_aug={c.data.generate_num_aug} must be >= 0')
     if c.mode == 'train':
         _check(bool(c.data.path) or c.data.generate,
-               'no dataset: set --config.data.path=DIR (build one with python -m trm_spmd.data.build_sudoku) '
-               'or --config.data.generate=True')
+               f'no dataset: set --config.data.path=DIR (build one with python -m '
+               f'{tasks.get(c.data.task).build_module}) or --config.data.generate=True')
 
     batch, eval_batch = c.data.global_batch_size, c.eval.global_batch_size
     _check(batch >= 1 and eval_batch >= 1, 'data.global_batch_size and eval.global_batch_size must be >= 1')

@@ -1,13 +1,13 @@
-"""Sudoku data: parsing and validation, solver, generator, augmentation, the official
-TinyRecursiveModels on-disk layout, and the per-host training/eval loaders (numpy only).
+"""The task-agnostic data layer (numpy only): the official TinyRecursiveModels on-disk
+layout, the per-host training and evaluation loaders, reading builders' inputs, and the
+errors of bad data. What a token means is a task's business (trm_spmd/tasks).
 
-Build a dataset with `python -m trm_spmd.data.build_sudoku` or, from code,
-`trm_spmd.data.build_sudoku.build_generated`.
+Build a dataset with `python -m trm_spmd.data.build_sudoku` or `python -m trm_spmd.data.build_maze`.
 """
 
 from trm_spmd.data.dataset import DatasetError, Split, load_split
+from trm_spmd.data.errors import DataError, PuzzleError
 from trm_spmd.data.loader import EvalBatches, Prefetcher, TrainBatches
-from trm_spmd.data.sudoku import DataError, PuzzleError
 
 __all__ = ['DataError', 'DatasetError', 'EvalBatches', 'Prefetcher', 'PuzzleError',
            'Split', 'TrainBatches', 'load_split']

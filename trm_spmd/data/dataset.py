@@ -2,14 +2,16 @@
 
     DIR/identifiers.json                      ["<blank>"]
     DIR/{train,test}/dataset.json             metadata (pad_id, vocab_size, seq_len, ...)
-    DIR/{train,test}/all__inputs.npy          uint8 [N, 81] tokens
-    DIR/{train,test}/all__labels.npy          uint8 [N, 81] tokens, 0 = ignored
+    DIR/{train,test}/all__inputs.npy          uint8 [N, seq_len] tokens
+    DIR/{train,test}/all__labels.npy          uint8 [N, seq_len] tokens, ignore_label_id = ignored
     DIR/{train,test}/all__puzzle_identifiers.npy  int32 [P]
     DIR/{train,test}/all__puzzle_indices.npy  int32 [P + 1], examples of puzzle p
     DIR/{train,test}/all__group_indices.npy   int32 [G + 1], puzzles of group g
     DIR/{train,test}/all__ratings.npy         int32 [N], -1 unknown (ours; optional)
 
-Datasets built by the official builder load unchanged. Writing goes to a temporary
+The layout knows no task: sequence length, vocabulary and ids come from dataset.json, and
+what a task adds (a difficulty measure, the command that builds it) is passed in by the
+task (trm_spmd/tasks). Datasets built by the official builders load unchanged. Writing goes to a temporary
 directory beside the output that is renamed into place at the end, so a failed or
 interrupted build never leaves a directory that looks like a dataset.
 """
@@ -24,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from trm_spmd.data.sudoku import BLANK_TOKEN, BUILD_HINT, DataError, SEQ_LEN, VOCAB_SIZE
+from trm_spmd.data.errors import DataError
 
 SPLITS = ('train', 'test')
 _ARRAYS = ('inputs', 'labels', 'puzzle_identifiers', 'puzzle_indices', 'group_indices')
@@ -47,6 +49,7 @@ class Split:
     group_indices: np.ndarray
     ratings: np.ndarray | None
     metadata: dict
+    difficulty_fn: object = None   # (inputs, labels) -> int32 [N], the task's difficulty measure
 
     @property
     def num_examples(self):
@@ -57,44 +60,49 @@ class Split:
         return self.group_indices.shape[0] - 1
 
     @functools.cached_property
-    def blanks(self):
-        """int32 [N]: blank cells of each example's puzzle."""
-        return np.count_nonzero(np.asarray(self.inputs) == BLANK_TOKEN, axis=1).astype(np.int32)
+    def difficulty(self):
+        """int32 [N]: the task's difficulty of each example (zeros when it has none)."""
+        if self.difficulty_fn is None:
+            return np.zeros(self.num_examples, np.int32)
+        return np.asarray(self.difficulty_fn(np.asarray(self.inputs), np.asarray(self.labels)), np.int32)
 
 
-def _fail(path, problem):
-    raise DatasetError(f'{path}: {problem}: rebuild it with {BUILD_HINT}')
+def _fail(path, problem, build_hint):
+    raise DatasetError(f'{path}: {problem}: rebuild it with {build_hint}')
 
 
-def _check_index(path, index, name, length, end):
+def _check_index(path, index, name, length, end, fail):
     if index.ndim != 1 or index.shape[0] != length or (length and (index[0] != 0 or index[-1] != end)):
-        _fail(path, f'{name} must be [{length}] running from 0 to {end}, got shape {index.shape}')
+        fail(path, f'{name} must be [{length}] running from 0 to {end}, got shape {index.shape}')
     if length and np.any(np.diff(index) <= 0):
-        _fail(path, f'{name} must be strictly increasing (every puzzle and group non-empty)')
+        fail(path, f'{name} must be strictly increasing (every puzzle and group non-empty)')
 
 
-def load_split(dataset_dir, split, mmap=True):
-    """Loads and checks DIR/split; a DatasetError names the problem and the build command."""
+def load_split(dataset_dir, split, mmap=True, build_hint='the builder of its task (README)', difficulty=None):
+    """Loads and checks DIR/split; a DatasetError names the problem and `build_hint`, the
+    command that builds such a dataset (DIR stands for the directory). `difficulty`: the
+    task's (inputs, labels) -> int32 [N] measure behind Split.difficulty."""
     dataset_dir = os.fspath(dataset_dir)
     path = os.path.join(dataset_dir, split)
+    fail = functools.partial(_fail, build_hint=build_hint)
     if not os.path.isdir(dataset_dir):
         raise DatasetError(f'dataset not found at {dataset_dir}: build it with '
-                           f'{BUILD_HINT.replace("DIR", dataset_dir)}')
+                           f'{build_hint.replace("DIR", dataset_dir)}')
     if not os.path.isdir(path):
-        _fail(path, f'split {split!r} is missing')
+        fail(path, f'split {split!r} is missing')
     meta_path = os.path.join(path, 'dataset.json')
     try:
         with open(meta_path) as f:
             metadata = json.load(f)
     except FileNotFoundError:
-        _fail(meta_path, 'missing')
+        fail(meta_path, 'missing')
     except (OSError, ValueError) as e:
-        _fail(meta_path, f'unreadable ({e})')
+        fail(meta_path, f'unreadable ({e})')
     missing = [k for k in _METADATA_KEYS if k not in metadata]
     if missing:
-        _fail(meta_path, f'missing fields {", ".join(missing)}')
+        fail(meta_path, f'missing fields {", ".join(missing)}')
     if 'all' not in metadata['sets']:
-        _fail(meta_path, f'sets {metadata["sets"]} has no "all" set')
+        fail(meta_path, f'sets {metadata["sets"]} has no "all" set')
 
     arrays = {}
     for name in _ARRAYS + ('ratings',):
@@ -105,38 +113,39 @@ def load_split(dataset_dir, split, mmap=True):
         try:
             arrays[name] = np.load(file, mmap_mode='r' if mmap else None)
         except FileNotFoundError:
-            _fail(file, 'missing')
+            fail(file, 'missing')
         except (OSError, ValueError) as e:
-            _fail(file, f'unreadable ({e})')
+            fail(file, f'unreadable ({e})')
         if arrays[name].dtype.kind not in 'iu':
-            _fail(file, f'dtype {arrays[name].dtype} is not an integer type')
+            fail(file, f'dtype {arrays[name].dtype} is not an integer type')
 
     inputs, labels = arrays['inputs'], arrays['labels']
     seq_len = metadata['seq_len']
     if inputs.ndim != 2 or inputs.shape[1] != seq_len:
-        _fail(path, f'all__inputs.npy has shape {inputs.shape}, expected [N, {seq_len}]')
+        fail(path, f'all__inputs.npy has shape {inputs.shape}, expected [N, {seq_len}]')
     if labels.shape != inputs.shape:
-        _fail(path, f'all__labels.npy has shape {labels.shape}, all__inputs.npy {inputs.shape}')
+        fail(path, f'all__labels.npy has shape {labels.shape}, all__inputs.npy {inputs.shape}')
     puzzles = arrays['puzzle_identifiers'].shape[0]
-    _check_index(path, arrays['puzzle_indices'], 'all__puzzle_indices.npy', puzzles + 1, inputs.shape[0])
+    _check_index(path, arrays['puzzle_indices'], 'all__puzzle_indices.npy', puzzles + 1, inputs.shape[0], fail)
     _check_index(path, arrays['group_indices'], 'all__group_indices.npy',
-                 metadata['total_groups'] + 1, puzzles)
+                 metadata['total_groups'] + 1, puzzles, fail)
     if arrays['ratings'] is not None and arrays['ratings'].shape != (inputs.shape[0],):
-        _fail(path, f'all__ratings.npy has shape {arrays["ratings"].shape}, expected [{inputs.shape[0]}]')
+        fail(path, f'all__ratings.npy has shape {arrays["ratings"].shape}, expected [{inputs.shape[0]}]')
     # The index arrays are small and read on every batch: keep them in memory.
     for name in ('puzzle_identifiers', 'puzzle_indices', 'group_indices'):
         arrays[name] = np.asarray(arrays[name], np.int64)
-    return Split(path=path, metadata=metadata, **arrays)
+    return Split(path=path, metadata=metadata, difficulty_fn=difficulty, **arrays)
 
 
-def split_arrays(inputs, labels, group_size, ratings):
+def split_arrays(inputs, labels, group_size, ratings, vocab_size):
     """Arrays and metadata of a split whose examples are each their own puzzle and come in
-    consecutive groups of `group_size` (an original and its augmentations)."""
+    consecutive groups of `group_size` (an original and its augmentations), as the official
+    Sudoku and Maze builders write them: pad 0, label 0 ignored, one blank identifier."""
     count = inputs.shape[0]
     groups = count // group_size
     assert groups * group_size == count, 'examples must fill whole groups'
-    metadata = dict(pad_id=0, ignore_label_id=0, blank_identifier_id=0, vocab_size=VOCAB_SIZE,
-                    seq_len=SEQ_LEN, num_puzzle_identifiers=1, total_groups=groups,
+    metadata = dict(pad_id=0, ignore_label_id=0, blank_identifier_id=0, vocab_size=int(vocab_size),
+                    seq_len=int(inputs.shape[1]), num_puzzle_identifiers=1, total_groups=groups,
                     mean_puzzle_examples=1, total_puzzles=groups, sets=['all'])
     arrays = dict(inputs=np.asarray(inputs, np.uint8), labels=np.asarray(labels, np.uint8),
                   puzzle_identifiers=np.zeros(count, np.int32),

@@ -20,9 +20,8 @@ import threading
 
 import numpy as np
 
-from trm_spmd.data import augment as augment_lib
 from trm_spmd.batch import IGNORE_LABEL, host_rows
-from trm_spmd.data.sudoku import DataError, PAD_TOKEN
+from trm_spmd.data.errors import DataError
 
 # Stream tags keep the random draws for the different purposes independent.
 _PERMUTATION, _VARIANT, _AUGMENT = 0, 1, 2
@@ -53,10 +52,11 @@ class TrainBatches:
     'inputs' [b, L], 'labels' [b, L] (ignored cells -100), 'puzzle_identifiers' [b],
     with b = global_batch_size / process_count.
 
-    With augment=True every row gets its own random symmetry (augment.py).
+    With an `augment` (the task's Augmentation: draws per row, apply(uniforms, inputs, labels))
+    every row gets its own random symmetry of the task.
     """
 
-    def __init__(self, split, global_batch_size, seed, process_index=0, process_count=1, augment=False):
+    def __init__(self, split, global_batch_size, seed, process_index=0, process_count=1, augment=None):
         self._start, self._stop = host_rows(global_batch_size, process_index, process_count)
         if split.num_groups < 1:
             raise DataError(f'{split.path}: the training split has no groups: rebuild the dataset')
@@ -109,11 +109,9 @@ class TrainBatches:
         examples = self._puzzle_start[puzzles] + np.minimum((u[:, 1] * sizes).astype(np.int64), sizes - 1)
         inputs = self.split.inputs[examples]
         labels = self.split.labels[examples]
-        if self.augment:
-            symmetries = augment_lib.from_uniform(
-                row_uniforms([self.seed, _AUGMENT, step], self._start, self._stop, augment_lib.DRAWS))
-            inputs = augment_lib.apply(symmetries, inputs)
-            labels = augment_lib.apply(symmetries, labels)
+        if self.augment is not None:
+            u = row_uniforms([self.seed, _AUGMENT, step], self._start, self._stop, self.augment.draws)
+            inputs, labels = self.augment.apply(u, inputs, labels)
         return {'inputs': inputs.astype(np.int32),
                 'labels': _labels(labels, self._ignore),
                 'puzzle_identifiers': self.split.puzzle_identifiers[puzzles].astype(np.int32)}
@@ -135,8 +133,8 @@ class TrainBatches:
 class EvalBatches:
     """The split in order, in global batches; the last one padded (inputs 0, labels -100,
     identifiers 0). Each host gets its rows as dicts with 'inputs', 'labels',
-    'puzzle_identifiers', 'valid' (bool), 'rating' (int32, -1 unknown), 'blanks' (int32)
-    and 'index' (int64 example index, -1 for padding). Re-iterable from the start.
+    'puzzle_identifiers', 'valid' (bool), 'rating' (int32, -1 unknown), 'difficulty' (int32,
+    the task's measure) and 'index' (int64 example index, -1 for padding). Re-iterable from the start.
     max_examples > 0 keeps only the first max_examples examples.
     """
 
@@ -147,6 +145,7 @@ class EvalBatches:
         self.num_examples = split.num_examples if max_examples <= 0 else min(max_examples, split.num_examples)
         self.num_batches = -(-self.num_examples // global_batch_size)
         self._ignore = split.metadata.get('ignore_label_id')
+        self._pad = int(split.metadata['pad_id'])
         self._puzzle_of_example = np.repeat(np.arange(len(split.puzzle_indices) - 1),
                                             np.diff(split.puzzle_indices))
 
@@ -159,21 +158,21 @@ class EvalBatches:
         valid = positions < self.num_examples
         rows = positions[valid]
         size = positions.shape[0]
-        inputs = np.full((size, self.split.inputs.shape[1]), PAD_TOKEN, np.int32)
+        inputs = np.full((size, self.split.inputs.shape[1]), self._pad, np.int32)
         labels = np.full(inputs.shape, IGNORE_LABEL, np.int32)
         identifiers = np.zeros(size, np.int32)
         rating = np.full(size, -1, np.int32)
-        blanks = np.zeros(size, np.int32)
+        difficulty = np.zeros(size, np.int32)
         count = rows.shape[0]
         if count:
             inputs[:count] = self.split.inputs[rows[0]:rows[-1] + 1]
             labels[:count] = _labels(np.asarray(self.split.labels[rows[0]:rows[-1] + 1]), self._ignore)
             identifiers[:count] = self.split.puzzle_identifiers[self._puzzle_of_example[rows]]
-            blanks[:count] = self.split.blanks[rows]
+            difficulty[:count] = self.split.difficulty[rows]
             if self.split.ratings is not None:
                 rating[:count] = self.split.ratings[rows]
         return {'inputs': inputs, 'labels': labels, 'puzzle_identifiers': identifiers, 'valid': valid,
-                'rating': rating, 'blanks': blanks, 'index': np.where(valid, positions, -1)}
+                'rating': rating, 'difficulty': difficulty, 'index': np.where(valid, positions, -1)}
 
     def __iter__(self):
         for index in range(self.num_batches):

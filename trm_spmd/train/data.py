@@ -1,10 +1,11 @@
-"""The run's dataset: found, or generated on first use (every host builds the same bytes)."""
+"""The run's dataset: found, or generated on first use (every host builds the same bytes),
+and read through its task (data.task) for what the layout does not say."""
 
 import dataclasses
 import os
 
-from trm_spmd.data.build_sudoku import build_generated
-from trm_spmd.data.dataset import load_split
+from trm_spmd import tasks
+from trm_spmd.data.dataset import DatasetError, load_split
 from trm_spmd.data.loader import EvalBatches, TrainBatches
 from trm_spmd.train.evaluate import DifficultyBuckets
 
@@ -14,10 +15,8 @@ def default_data_root():
 
 
 def generated_dataset_dir(config):
-    d = config.data
-    lo, hi = d.generate_blanks
-    name = f'generated-train{d.generate_train}-test{d.generate_test}-blanks{lo}-{hi}-seed{config.seed}'
-    return os.path.join(default_data_root(), name)
+    task = tasks.get(config.data.task)
+    return os.path.join(default_data_root(), task.generated_name(config.data, config.seed))
 
 
 def dataset_dir(config):
@@ -30,6 +29,7 @@ def dataset_dir(config):
 @dataclasses.dataclass
 class Dataset:
     path: str
+    task: object
     train: object
     test: object
     config: object
@@ -55,10 +55,14 @@ class Dataset:
     def train_batches(self):
         c = self.config
         return TrainBatches(self.train, c.data.global_batch_size, c.seed, self.process_index,
-                            self.process_count, augment=c.data.augment)
+                            self.process_count, augment=self.task.augmentation if c.data.augment else None)
 
     def difficulty_buckets(self):
-        return DifficultyBuckets(self.ratings_known, self.config.eval.difficulty_buckets)
+        edges = tuple(self.config.eval.difficulty_buckets)
+        if self.task.rating_edges is not None and self.ratings_known:
+            return DifficultyBuckets('rating', 'rating', edges or self.task.rating_edges)
+        return DifficultyBuckets('difficulty', self.task.difficulty_name,
+                                 edges or self.task.difficulty_edges(self.seq_len))
 
     def eval_batches(self):
         c = self.config
@@ -67,11 +71,16 @@ class Dataset:
 
 
 def open_dataset(config, runtime):
+    task = tasks.get(config.data.task)
     path = dataset_dir(config)
     if config.data.generate and not os.path.isdir(path):
-        d = config.data
-        print(f'generating the dataset once into {path} ({d.generate_train} train + {d.generate_test} test '
-              f'puzzles, {d.generate_blanks[0]}-{d.generate_blanks[1]} blanks)', flush=True)
-        build_generated(path, d.generate_train, d.generate_test, tuple(d.generate_blanks), config.seed)
-    return Dataset(path, load_split(path, 'train'), load_split(path, 'test'), config,
-                   runtime.process_index, runtime.process_count)
+        print(f'generating the dataset once into {path} ({task.describe_generated(config.data)})', flush=True)
+        task.build_generated(path, config.data, config.seed)
+    hint = task.build_hint()
+    splits = [load_split(path, name, build_hint=hint, difficulty=task.difficulty) for name in ('train', 'test')]
+    for split in splits:
+        problem = task.check_metadata(split.metadata, split.path)
+        if problem:
+            raise DatasetError(f'{split.path}: not a {task.name} dataset: {problem}; set --config.data.task '
+                               f'to its task or point data.path at a {task.name} dataset')
+    return Dataset(path, task, *splits, config, runtime.process_index, runtime.process_count)

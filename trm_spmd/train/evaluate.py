@@ -17,23 +17,18 @@ from trm_spmd.model.losses import loss_and_metrics, predictions
 from trm_spmd.train.step import make_eval_step
 
 class DifficultyBuckets:
-    """Rows -> bucket ids, by tdoku rating when the data has it, else by blank count."""
+    """Rows -> bucket ids by one int32 column of the host batch: 'rating' when the data has
+    ratings the task knows how to bucket, else the task's 'difficulty' measure (named `label`,
+    e.g. Sudoku's blanks)."""
 
-    RATING_EDGES = (0, 1, 4, 16)
-
-    def __init__(self, ratings_known, edges=()):
-        self.key = 'rating' if ratings_known else 'blanks'
-        if edges:
-            self.edges = tuple(int(e) for e in edges)
-        elif ratings_known:
-            self.edges = self.RATING_EDGES
-        else:
-            self.edges = tuple(range(0, 85, 5))
+    def __init__(self, key, label, edges):
+        self.key = key
+        self.edges = tuple(int(e) for e in edges)
         self.labels = []
         for i, lo in enumerate(self.edges):
             hi = self.edges[i + 1] - 1 if i + 1 < len(self.edges) else None
             span = f'{lo}+' if hi is None else (f'{lo}' if hi == lo else f'{lo}-{hi}')
-            self.labels.append(f'{self.key}_{span}')
+            self.labels.append(f'{label}_{span}')
 
     def ids(self, host_batch):
         values = host_batch[self.key]

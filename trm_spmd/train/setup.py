@@ -5,6 +5,7 @@ import dataclasses
 
 import torch
 
+from trm_spmd import tasks
 from trm_spmd.model.act import initial_carry
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.trm import TRM
@@ -32,11 +33,13 @@ class Trainer:
         return tensors
 
 
-def build_trainer(config, runtime, vocab_size=11, seq_len=81, num_puzzle_identifiers=1):
+def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_identifiers=1):
     """The model initialised on the CPU from config.seed (the same weights on every backend
     and mesh) and moved to the device; optimizer state created now, not inside the first
-    traced step."""
-    cfg = TRMConfig.from_config(config, vocab_size=vocab_size, seq_len=seq_len,
+    traced step. Sizes not given (no dataset: benchmarks) are those of the config's task."""
+    implied = tasks.sizes(config)
+    cfg = TRMConfig.from_config(config, vocab_size=vocab_size or implied['vocab_size'],
+                                seq_len=seq_len or implied['seq_len'],
                                 num_puzzle_identifiers=num_puzzle_identifiers).with_auto_dtype(runtime.fast_dtype)
     torch.manual_seed(config.seed)
     model = TRM(cfg)

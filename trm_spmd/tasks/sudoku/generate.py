@@ -7,8 +7,8 @@ so a seed fixes the puzzle.
 
 import numpy as np
 
-from trm_spmd.data import solver
-from trm_spmd.data.sudoku import DataError
+from trm_spmd.data.errors import DataError
+from trm_spmd.tasks.sudoku import solver
 
 # A unique puzzle needs at least 17 givens; greedy blanking rarely gets past ~60 blanks,
 # which the retry limit turns into a clear error rather than an endless loop.

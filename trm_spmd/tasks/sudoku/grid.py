@@ -1,23 +1,21 @@
-"""Sudoku rows as numpy arrays: token encoding, file parsing, validation, errors.
+"""Sudoku rows as numpy arrays: token encoding, file parsing, validation.
 
 Grids are uint8 [81] row-major digits with 0 for a blank. Every problem with a row
 is reported as `FILE:LINE: reason`, so a person can open the file at that line.
 """
 
-import csv
 import dataclasses
 import os
 
 import numpy as np
 
-from trm_spmd.errors import UserError
+from trm_spmd.data.errors import DataError, Problems
+from trm_spmd.data.source import CSV_HEADER, csv_rows, read_lines
 
 SEQ_LEN = 81
 VOCAB_SIZE = 11          # pad, blank, digits 1..9
 PAD_TOKEN = 0
 BLANK_TOKEN = 1          # digit d is token d + 1, so a blank (digit 0) is token 1
-CSV_HEADER = ('source', 'question', 'answer', 'rating')
-BUILD_HINT = 'python -m trm_spmd.data.build_sudoku --generate=5000 --blanks=30:45 --output_dir=DIR'
 
 _ROW = np.arange(81) // 9
 _COL = np.arange(81) % 9
@@ -30,14 +28,6 @@ _UNIT_NAMES = [f'row {i + 1}' for i in range(9)] + [f'column {i + 1}' for i in r
 _DIGIT_OF_BYTE = np.full(256, 255, np.uint8)
 _DIGIT_OF_BYTE[ord('.')] = 0
 _DIGIT_OF_BYTE[ord('0'):ord('9') + 1] = np.arange(10)
-
-
-class DataError(UserError):
-    """Bad data or arguments; the message is one line with the cause and the fix."""
-
-
-class PuzzleError(DataError):
-    """A malformed row, reported as FILE:LINE: reason."""
 
 
 def cell_name(cell):
@@ -113,34 +103,9 @@ class PuzzleSet:
         return f'{self.path}:{self.lines[row]}'
 
 
-class Problems:
-    """Collects bad rows: raises at the first one (on_error='fail') or counts them ('skip')."""
-
-    def __init__(self, on_error):
-        if on_error not in ('fail', 'skip'):
-            raise DataError(f"on_error={on_error!r} must be 'fail' or 'skip'")
-        self.on_error = on_error
-        self.messages = []
-
-    def report(self, message):
-        if self.on_error == 'fail':
-            raise PuzzleError(message)
-        self.messages.append(message)
-
-
-def _read_lines(path):
-    if not os.path.isfile(path):
-        raise DataError(f'{path}: file not found: check the path')
-    with open(path, encoding='utf-8', errors='replace') as f:
-        lines = f.read().splitlines()
-    if not any(line.strip() for line in lines):
-        raise DataError(f'{path}: file is empty: expected one puzzle per line')
-    return lines
-
-
 def _aligned(path, companion, count):
     """Lines of a line-aligned companion file (solutions, ratings), padded to `count`."""
-    lines = _read_lines(companion)
+    lines = read_lines(companion)
     extra = [i + 1 for i in range(count, len(lines)) if lines[i].strip()]
     if extra:
         raise DataError(f'{companion}:{extra[0]}: more lines than {path} has ({count}): '
@@ -168,12 +133,12 @@ def read_puzzles(path, solutions_path=None, problems=None):
     """
     problems = problems or Problems('fail')
     errors = {}
-    lines = _read_lines(path)
+    lines = read_lines(path)
     first = next(line for line in lines if line.strip())
     if _is_csv(path, first):
         if solutions_path:
             raise DataError(f'--solutions={solutions_path}: a CSV input carries its own answer column')
-        rows = _csv_rows(path, lines, errors)
+        rows = csv_rows(path, lines, errors)
         solution_path = path
     else:
         solution_lines = _aligned(path, solutions_path, len(lines)) if solutions_path else None
@@ -187,27 +152,6 @@ def read_puzzles(path, solutions_path=None, problems=None):
                          rating_lines[i] if rating_lines else '', rating_file or path))
         solution_path = solutions_path or path
     return _parse_rows(path, solution_path, rows, problems, errors)
-
-
-def _csv_rows(path, lines, errors):
-    reader = csv.reader(lines)
-    header = tuple(h.strip() for h in next(reader))
-    if 'question' not in header:
-        raise DataError(f'{path}:1: CSV header {",".join(header)!r} has no question column: '
-                        f'expected {",".join(CSV_HEADER)}')
-    column = {name: header.index(name) for name in CSV_HEADER if name in header}
-    rows = []
-    for fields in reader:
-        line = reader.line_num
-        if not any(f.strip() for f in fields):
-            continue
-        if len(fields) != len(header):
-            errors[line] = f'{path}:{line}: {len(fields)} fields, the header has {len(header)}'
-            continue
-        answer = fields[column['answer']] if 'answer' in column else ''
-        rating = fields[column['rating']] if 'rating' in column else ''
-        rows.append((line, fields[column['question']], answer, rating, path))
-    return rows
 
 
 def _decode(texts, allow_blanks):

@@ -1,0 +1,28 @@
+"""The task families TRM trains on, one subpackage each, all with the same small surface
+(base.Task): build (from files and a built-in generator), validate, render, and the
+task's own correctness rule.
+
+  sudoku/   Sudoku-Extreme: 9x9 grids, the paper's 87.4% (MLP) run
+  maze/     Maze-Hard: 30x30 mazes, a shortest path from S to G, the paper's 85.3% run
+
+A run picks its family with `data.task`; a dataset in the official layout says its sizes in
+dataset.json, and the task checks that they are its own.
+"""
+
+from trm_spmd.errors import UserError
+
+_MODULES = {'sudoku': 'trm_spmd.tasks.sudoku', 'maze': 'trm_spmd.tasks.maze'}
+NAMES = tuple(_MODULES)
+
+
+def sizes(config):
+    """{'seq_len', 'vocab_size'} the run config's task implies, for what runs without a dataset."""
+    return get(config.data.task).sizes(config.data)
+
+
+def get(name):
+    """The Task named `name`; a UserError lists the known ones."""
+    if name not in _MODULES:
+        raise UserError(f'data.task={name!r} is not a known task; known: {", ".join(NAMES)}')
+    import importlib
+    return importlib.import_module(_MODULES[name]).TASK

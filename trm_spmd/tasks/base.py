@@ -1,0 +1,93 @@
+"""What a task family gives the task-agnostic rest of the library.
+
+The loader, model, train step, evaluator and checkpoints read sizes and ids from a
+dataset's dataset.json and nothing else; everything that knows what a token means lives
+in a Task. A new family is a subpackage of trm_spmd/tasks with a `TASK` and an entry in
+trm_spmd/tasks/__init__.py's registry, plus a `python -m trm_spmd.data.build_<name>` command.
+
+Exact accuracy in training and evaluation is the official rule for every family: a row
+is exact when every supervised label cell is predicted (losses.py), which needs no task
+knowledge. A task's own rule, `verdict`, judges an answer without labels: for `solve`,
+where there are none, and for the analysis of saved outputs (is a Sudoku grid valid, is a
+path through a maze a shortest one).
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Augmentation:
+    """Random symmetries of training rows, drawn per row from `draws` uniform numbers
+    (a multiple of 4): apply(u [n, draws], inputs [n, L], labels [n, L]) -> (inputs, labels)."""
+    draws: int
+    apply: object
+
+
+class Task:
+    name = ''
+    build_module = ''            # python -m <build_module> builds a dataset of this task
+    generate_example = ''        # the flags of a small generated build, for error messages
+    difficulty_name = ''         # what Split.difficulty measures (eval_by_difficulty/<name>_LO-HI)
+    rating_edges = None          # bucket edges of the data's own ratings; None: ignore ratings
+    augmentation: Augmentation | None = None   # on-the-fly training symmetries (data.augment)
+
+    def build_hint(self, output_dir='DIR'):
+        return f'python -m {self.build_module} {self.generate_example} --output_dir={output_dir}'
+
+    def sizes(self, data_config):
+        """{'seq_len', 'vocab_size'} of this task's datasets as data_config describes them, for
+        what runs without a dataset (--dry_run, benchmarks, the TPU compiler)."""
+        raise NotImplementedError
+
+    def check_metadata(self, metadata, path):
+        """A one-line reason why a split with this dataset.json is not of this task, or None."""
+        raise NotImplementedError
+
+    def difficulty(self, inputs, labels):
+        """int32 [N]: how hard each example is (buckets of eval_by_difficulty)."""
+        raise NotImplementedError
+
+    def difficulty_edges(self, seq_len):
+        """Default bucket edges of `difficulty` for sequences of seq_len."""
+        raise NotImplementedError
+
+    # ---- the built-in generator (config data.generate) --------------------------------
+    def generated_name(self, data_config, seed):
+        """The cache directory name of a generated dataset: every setting that changes its bytes."""
+        raise NotImplementedError
+
+    def build_generated(self, output_dir, data_config, seed, progress=True):
+        """Builds the generated dataset that data_config describes; returns a summary line."""
+        raise NotImplementedError
+
+    def describe_generated(self, data_config):
+        """A few words on what build_generated makes, for the run's log."""
+        raise NotImplementedError
+
+    # ---- one puzzle at a time (solve) ---------------------------------------------------
+    def parse(self, text):
+        """A puzzle typed by a person -> input tokens [seq_len]; ValueError with the reason."""
+        raise NotImplementedError
+
+    def check_input(self, inputs):
+        """(error, warning) about a puzzle before the model sees it: error says why it has no
+        answer (the model is not asked), warning what is odd but still answerable; each None
+        when there is nothing to say."""
+        raise NotImplementedError
+
+    def verdict(self, inputs, prediction):
+        """(correct, one-line judgement) of a predicted token row, by the task's own rule."""
+        raise NotImplementedError
+
+    def render(self, inputs, prediction):
+        """The puzzle and the model's answer as text, side by side or one above the other."""
+        raise NotImplementedError
+
+
+def side_by_side(left, right, titles=('puzzle', 'model'), gap=5):
+    """Two blocks of text lines next to each other under their titles."""
+    width = max(len(line) for line in left + [titles[0]])
+    lines = [f'{titles[0]:<{width}}{" " * gap}{titles[1]}']
+    lines += [f'{a:<{width}}{" " * gap}{b}' for a, b in zip(left, right)]
+    return '\n'.join(line.rstrip() for line in lines)
+
