@@ -350,11 +350,11 @@ def cmd_data(args, tpu, shell):
             raise LaunchError('--build_args must not set --output_dir; pass the directory with --dest')
         words = [*build, f'--output_dir={dest}']
         target = remote_path(dest)
-        make = f'{ENV_PYTHON} && "$PY" -m trm_spmd.data.build_sudoku {shlex.join(words)}'
+        make = f'{ENV_PYTHON} && "$PY" -m trm_spmd.data.build_{args.task} {shlex.join(words)}'
         if args.rebuild:
             step = in_repo(f'rm -rf {target}', make)
         else:
-            # build_sudoku refuses an existing directory; a dataset already there is kept, and
+            # the builders refuse an existing directory; a dataset already there is kept, and
             # the fingerprint comparison below still checks that all hosts hold the same one.
             step = in_repo(f'if [ -e {target} ]; then echo "$(hostname): {dest} exists, kept (--rebuild to '
                            f'build it again)"; else {make}; fi')
@@ -726,9 +726,11 @@ def build_parser():
     p = add('data', cmd_data, 'build or copy the dataset into the same directory on every worker')
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument('--build_args',
-                     help='arguments of python -m trm_spmd.data.build_sudoku (deterministic: every host builds '
+                     help='arguments of python -m trm_spmd.data.build_TASK (deterministic: every host builds '
                           'the same bytes), e.g. "--generate=5000 --blanks=30:45"')
     src.add_argument('--copy_from', help='gs:// directory holding a built dataset')
+    p.add_argument('--task', choices=('sudoku', 'maze'), default='sudoku',
+                   help='with --build_args: whose builder runs, trm_spmd.data.build_TASK (default: %(default)s)')
     p.add_argument('--rebuild', action='store_true',
                    help='with --build_args: delete the dataset directory first (default: keep one that exists)')
     p.add_argument('--dest', default=DEFAULT_DATA,

@@ -97,8 +97,8 @@ def test_host_slices_partition_the_global_batch(generated, augment):
     reference = TrainBatches(split, 16, seed=5, augment=AUGMENT if augment else None)
     full = [reference.batch_at(s) for s in range(7)]
     for hosts in (2, 4, 8):
-        loaders = [TrainBatches(split, 16, seed=5, process_index=i, process_count=hosts, augment=AUGMENT if augment else None)
-                   for i in range(hosts)]
+        loaders = [TrainBatches(split, 16, seed=5, process_index=i, process_count=hosts,
+                                augment=AUGMENT if augment else None) for i in range(hosts)]
         for step in range(7):
             parts = [loader.batch_at(step) for loader in loaders]
             assert all(len(p['inputs']) == 16 // hosts for p in parts)

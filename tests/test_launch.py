@@ -515,6 +515,9 @@ def test_data_build_checks_that_workers_agree(env, capfd):
     env.reset()
     assert tpu.main(['data', '--build_args=--generate=50', '--rebuild', '--dest=data/gen']) == 0
     assert 'cd ~/trm_spmd && rm -rf data/gen && PY=' in command_of(env.calls()[0])
+    env.reset()
+    assert tpu.main(['data', '--task=maze', '--build_args=--generate --size=30', '--dest=data/maze']) == 0
+    assert '-m trm_spmd.data.build_maze --generate --size=30 --output_dir=data/maze' in command_of(env.calls()[0])
     capfd.readouterr()
 
     env.reply({'sha256sum': same + f'dataset {"b" * 64} t1v-w-8\n'})

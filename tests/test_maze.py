@@ -216,7 +216,8 @@ def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path):
         build.build_from_files(str(tmp_path / 'local'), str(tmp_path / 'train.csv'), str(tmp_path / 'test.csv'))
         for split in ('train', 'test'):
             for name in os.listdir(tmp_path / 'local' / split):
-                assert (tmp_path / 'out' / split / name).read_bytes() == (tmp_path / 'local' / split / name).read_bytes()
+                downloaded, local = (tmp_path / d / split / name for d in ('out', 'local'))
+                assert downloaded.read_bytes() == local.read_bytes(), name
         cmd[3] = f'--input={hub}/missing.csv'
         cmd[-1] = f'--output_dir={tmp_path / "none"}'
         result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

@@ -14,6 +14,10 @@ path through a maze a shortest one).
 
 import dataclasses
 
+import numpy as np
+
+from trm_spmd.progress import Progress
+
 
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
@@ -82,6 +86,22 @@ class Task:
     def render(self, inputs, prediction):
         """The puzzle and the model's answer as text, side by side or one above the other."""
         raise NotImplementedError
+
+
+def draw_unique(count, draw, taken, progress, label, unit):
+    """(questions, answers) stacked: `count` draws of draw() -> (question, answer) whose
+    question is not in `taken` (question bytes; updated), with a progress line on stderr."""
+    questions, answers = [], []
+    bar = Progress(label, count, progress, unit=unit)
+    while len(questions) < count:
+        question, answer = draw()
+        if question.tobytes() not in taken:
+            taken.add(question.tobytes())
+            questions.append(question)
+            answers.append(answer)
+            bar.update(len(questions))
+    bar.close()
+    return np.stack(questions), np.stack(answers)
 
 
 def side_by_side(left, right, titles=('puzzle', 'model'), gap=5):

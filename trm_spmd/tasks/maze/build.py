@@ -17,7 +17,7 @@ import numpy as np
 from trm_spmd.data import dataset
 from trm_spmd.data.errors import DataError, Problems
 from trm_spmd.data.source import csv_rows, read_lines
-from trm_spmd.progress import Progress
+from trm_spmd.tasks.base import draw_unique
 from trm_spmd.tasks.maze import grid
 
 MAX_AUG = 7   # the dihedral group has 8 elements, the identity included
@@ -136,20 +136,13 @@ def _generate_unique(count, size, min_path, seed, stream, taken, progress, label
     """`count` mazes not in `taken`, from one random stream: the first k of a longer run are
     the same k mazes."""
     rng = np.random.default_rng([seed, stream])
-    questions, answers = [], []
-    bar = Progress(label, count, progress, unit='mazes')
-    while len(questions) < count:
+
+    def draw():
         try:
-            question, answer, _ = grid.generate(rng, size, min_path, max_attempts=_MAX_ATTEMPTS)
+            return grid.generate(rng, size, min_path, max_attempts=_MAX_ATTEMPTS)[:2]
         except ValueError as e:
             raise DataError(f'{e}: lower --min_path') from None
-        if question.tobytes() not in taken:
-            taken.add(question.tobytes())
-            questions.append(question)
-            answers.append(answer)
-            bar.update(len(questions))
-    bar.close()
-    return np.stack(questions), np.stack(answers)
+    return draw_unique(count, draw, taken, progress, label, 'mazes')
 
 
 def build_generated(output_dir, num_train, num_test, size=30, min_path=None, seed=0, num_aug=0, progress=True):

@@ -1,6 +1,7 @@
 """Builds Sudoku datasets in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py):
 from puzzle files or from the built-in generator. The command line is trm_spmd/data/build_sudoku.py."""
 
+import itertools
 import os
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from trm_spmd.progress import Progress
 from trm_spmd.data import dataset
 from trm_spmd.data.errors import DataError, Problems
+from trm_spmd.tasks.base import draw_unique
 from trm_spmd.tasks.sudoku import augment, generate, solver
 from trm_spmd.tasks.sudoku.grid import VOCAB_SIZE, PuzzleSet, check_solutions, read_puzzles, to_tokens
 
@@ -115,20 +117,9 @@ def _at_least(puzzles: PuzzleSet, min_rating):
 
 def _generate_unique(count, blanks, seed, stream, taken, progress, label):
     """`count` puzzles not in `taken`; puzzle i draws from (seed, stream, i) alone."""
-    puzzles, solutions = [], []
-    bar = Progress(label, count, progress, unit='puzzles')
-    index = 0
-    while len(puzzles) < count:
-        puzzle, solution = generate.generate(np.random.default_rng([seed, stream, index]), blanks)
-        index += 1
-        if puzzle.tobytes() not in taken:
-            taken.add(puzzle.tobytes())
-            puzzles.append(puzzle)
-            solutions.append(solution)
-            bar.update(len(puzzles))
-    bar.close()
-    shape = (count, 81)
-    return np.asarray(puzzles, np.uint8).reshape(shape), np.asarray(solutions, np.uint8).reshape(shape)
+    attempts = itertools.count()
+    return draw_unique(count, lambda: generate.generate(np.random.default_rng([seed, stream, next(attempts)]), blanks),
+                       taken, progress, label, 'puzzles')
 
 
 def build_generated(output_dir, num_train, num_test, blanks, seed, num_aug=0, progress=True):
