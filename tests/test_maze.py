@@ -106,7 +106,7 @@ def test_a_bad_row_is_refused_with_file_line_and_nothing_is_written(tmp_path, ca
     rows = _broken(_maze_rows(3, 8, seed=3), case)
     _write_csv(tmp_path / 'train.csv', rows)
     _write_csv(tmp_path / 'test.csv', _maze_rows(1, 8, seed=4))
-    with pytest.raises(DataError, match=rf'train\.csv:3: '):
+    with pytest.raises(DataError, match=r'train\.csv:3: '):
         build.build_from_files(str(tmp_path / 'out'), str(tmp_path / 'train.csv'), str(tmp_path / 'test.csv'))
     assert sorted(os.listdir(tmp_path)) == ['test.csv', 'train.csv']
     summary = build.build_from_files(str(tmp_path / 'out'), str(tmp_path / 'train.csv'), str(tmp_path / 'test.csv'),

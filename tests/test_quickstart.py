@@ -44,6 +44,19 @@ def test_reduced_quickstart_learns_above_chance(tmp_path):
     text = report(SUDOKU, puzzles[0], tokens, steps, confidence, 4)
     assert f'ACT steps: {steps} of 4' in text and 'solution:' in text
 
+    # Every puzzle is checked before the model sees it; with --file the good lines are still solved.
+    clash = '55' + '.' * 79
+    (tmp_path / 'puzzles.txt').write_text('.' * 81 + '\n' + clash + '\n')
+    cmd = [sys.executable, '-m', 'trm_spmd.solve', f'--checkpoint={workdir}']
+    result = subprocess.run(cmd + [f'--puzzle={clash}'], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == 'error: --puzzle: the givens clash: digit 5 appears twice in row 1'
+    result = subprocess.run(cmd + [f'--file={tmp_path / "puzzles.txt"}'], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2 and result.stdout.count('ACT steps:') == 1
+    assert f'error: {tmp_path / "puzzles.txt"}:2: the givens clash' in result.stderr
+    assert 'warning: ' in result.stderr and 'more than one solution' in result.stderr   # the empty grid
+
 
 def test_verdict_names_what_is_wrong():
     solution = np.array([int(c) for c in

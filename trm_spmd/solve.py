@@ -142,19 +142,19 @@ def _puzzle_texts():
         if errors_found:
             raise UserError(errors_found[min(errors_found)])
     else:
-        # Only the line end is dropped: a maze's open cells are spaces.
-        texts = [(f'{FLAGS.file}:{n}', line.rstrip('\r\n')) for n, line in enumerate(lines, 1) if line.strip()]
+        # Lines are not stripped: a maze's open cells are spaces (each task's parse knows its own).
+        texts = [(f'{FLAGS.file}:{n}', line) for n, line in enumerate(lines, 1) if line.strip()]
     if not texts:
         raise UserError(f'{FLAGS.file}: no puzzles in the file')
     return texts
 
 
 def read_puzzles(task):
-    """(tokens [N, L] of the good puzzles, their labels, one 'error: WHERE: reason' per bad one)."""
-    good, where, bad = [], [], []
+    """(token rows [L] of the good puzzles, 'WHERE: reason' of each bad one)."""
+    good, bad = [], []
     for place, text in _puzzle_texts():
         try:
-            tokens = task.parse(text if task.name == 'maze' else text.strip())
+            tokens = task.parse(text)
         except ValueError as e:
             bad.append(f'{place}: puzzle {e}')
             continue
@@ -165,11 +165,10 @@ def read_puzzles(task):
         if warning:
             print(f'warning: {place}: {warning}', file=sys.stderr)
         good.append(tokens)
-        where.append(place)
     if good and len({len(t) for t in good}) > 1:
         raise UserError(f'{FLAGS.file}: the puzzles have different sizes ({sorted({len(t) for t in good})} cells): '
                         f'solve one size at a time')
-    return good, where, bad
+    return good, bad
 
 
 def main(argv):
@@ -180,7 +179,7 @@ def main(argv):
         raise UserError(f'--act_steps={FLAGS.act_steps} must be >= 1 (or 0: as trained)')
     config, state = load_run(FLAGS.checkpoint)
     task = task_of(config)
-    puzzles, _, bad = read_puzzles(task)
+    puzzles, bad = read_puzzles(task)
     if not puzzles:
         raise UserError(bad[0] if len(bad) == 1 else f'no puzzle can be solved: {"; ".join(bad[:3])}')
     for message in bad:
