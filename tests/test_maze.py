@@ -226,3 +226,17 @@ def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path):
     assert result.returncode == 2 and not (tmp_path / 'none').exists()
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f'error: {hub}/missing.csv: could not download') and '--input=LOCAL_FILE' in last
+
+
+def test_a_dataset_of_another_task_is_refused_in_one_line(tmp_path):
+    from types import SimpleNamespace
+    from trm_spmd.data.dataset import DatasetError
+    from trm_spmd.train.data import open_dataset
+    build.build_generated(str(tmp_path / 'maze'), 4, 2, size=6, progress=False)
+    config = load_config(os.path.join(REPO, 'configs/baseline.py:runlocal'))
+    config.data.generate, config.data.path = False, str(tmp_path / 'maze')
+    with pytest.raises(DatasetError, match=r'not a sudoku dataset: seq_len 36 and vocab_size 6 are not '
+                                           r"Sudoku's \(81, 11\); set --config.data.task"):
+        open_dataset(config, SimpleNamespace(process_index=0, process_count=1))
+    config.data.task = 'maze'
+    assert open_dataset(config, SimpleNamespace(process_index=0, process_count=1)).seq_len == 36
