@@ -26,20 +26,22 @@ class Progress:
         self.start = self.last = time.monotonic()
         self.shown = False
 
-    def line(self, done, rate=None, extras=()):
+    def line(self, done, rate=None, extras=(), remaining=None):
+        """remaining: seconds left, when the caller knows better than (total - done) / rate."""
         elapsed = time.monotonic() - self.start
         rate = done / elapsed if rate is None and elapsed > 0 else rate
-        remaining = (self.total - done) / rate if rate else None
+        if remaining is None:
+            remaining = (self.total - done) / rate if rate else None
         parts = [f'{self.label} {done}/{self.total}', f'{rate or 0:.3g} {self.unit}/s',
                  f'elapsed {format_duration(elapsed)}', f'eta {format_duration(remaining)}', *extras]
         return ' | '.join(parts)
 
-    def update(self, done, rate=None, extras=()):
+    def update(self, done, rate=None, extras=(), remaining=None):
         now = time.monotonic()
         if not self.enabled or (self.min_interval and (now - self.start < 2 or now - self.last < self.min_interval)):
             return
         self.last = now
-        text = self.line(done, rate, extras)
+        text = self.line(done, rate, extras, remaining)
         self.stream.write(('\r' + text) if self.tty else (text + '\n'))
         self.stream.flush()
         self.shown = True

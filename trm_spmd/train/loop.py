@@ -92,7 +92,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
         writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard))
         cleanup.callback(runtime.wait)
         log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.num_groups,
-                       train_flops_per_example_step(trainer.cfg), stages)
+                       train_flops_per_example_step(trainer.cfg), stages, eval_every)
         stop, last_eval = cleanup.enter_context(StopRequest()), {}
         try:
             # ---- where the run starts: its newest good checkpoint, else init_from, else fresh
@@ -143,17 +143,21 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                             f'non-finite loss before step {step}: stopped; the last good checkpoint is kept in '
                             f'{fs.join(workdir, "checkpoints")} (set train.nan_policy=skip to skip such steps, '
                             f'or start a new --workdir with a lower optim.lr)')
+                paused = time.time()
                 evaluated = evaluator.run(step, interrupt=stop.__bool__) if evaluate else None
                 if evaluated is not None:
                     last_eval = evaluated
                     writer.write(step, last_eval)
                     log.print_eval(step, last_eval)
+                    log.paused(time.time() - paused, evaluation=True)
+                    paused = time.time()
                 if save:
                     lease_lib.check_agreed(lease, exchange)   # another run took the workdir: write nothing
                     tree, meta = checkpoint_tree(trainer, state, step, loader.position(step), runtime)
                     # An evaluation a preemption cut short runs first thing on resume.
                     meta['eval_pending'] = evaluate and evaluated is None
                     checkpointer.save(step, tree, meta, evaluated)
+                log.paused(time.time() - paused)
                 if stop:
                     print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
                     break

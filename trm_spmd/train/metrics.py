@@ -162,15 +162,26 @@ def read_metrics(runtime, pending):
 
 class TrainLog:
     """The scalars of a log window (train_scalars, speed, progress, compiler counters):
-    written to metrics.jsonl/TensorBoard, and the console's progress line."""
+    written to metrics.jsonl/TensorBoard, and the console's progress line.
 
-    def __init__(self, writer, runtime, global_batch, total_steps, num_groups, flops_per_example, stages):
+    Speed counts training only: the loop reports the time it spends evaluating and
+    checkpointing (`paused`), which is taken out of the window it falls in. The ETA is the
+    training steps left at the mean training speed since the first window (which compiles),
+    plus the evaluations left at the last one's duration, so it converges instead of jumping
+    with each evaluation."""
+
+    def __init__(self, writer, runtime, global_batch, total_steps, num_groups, flops_per_example, stages,
+                 eval_every=0):
         self.writer, self.runtime = writer, runtime
         self.global_batch, self.num_groups, self.flops_per_example = global_batch, num_groups, flops_per_example
-        self.stages = stages
+        self.stages, self.total_steps, self.eval_every = stages, total_steps, eval_every
         self.progress = Progress('step', total_steps, enabled=runtime.is_main_host, stream=sys.stdout,
                                  unit='steps', throttle=False)
         self.last = None
+        self.pause = 0.0             # seconds of the current window spent outside training
+        self.eval_seconds = None     # the last evaluation's duration
+        self.trained = [0, 0.0]      # steps and training seconds after the first window
+        self.windows = 0
 
     def start(self, step):
         """Marks where timing starts; prints the curriculum's stages when there are several."""
@@ -180,12 +191,37 @@ class TrainLog:
                                                        for s, h, l in self.stages)
                   + f' ({len(self.stages)} compiled train graphs, one per stage)', flush=True)
 
+    def paused(self, seconds, evaluation=False):
+        """Time the loop spent outside training since the last step (an evaluation, a save)."""
+        self.pause += seconds
+        if evaluation:
+            self.eval_seconds = seconds
+
+    def remaining_seconds(self, step, steps_per_s):
+        """Training steps left at the mean training speed, plus the evaluations left."""
+        steps, seconds = self.trained
+        rate = steps / seconds if steps and seconds > 0 else steps_per_s
+        if not rate:
+            return None
+        left = (self.total_steps - step) / rate
+        if self.eval_every and self.eval_seconds is not None:
+            evals = self.total_steps // self.eval_every - step // self.eval_every
+            evals += 1 if self.total_steps % self.eval_every and step < self.total_steps else 0
+            left += evals * self.eval_seconds
+        return left
+
     def write(self, step, window):
         """Scalars of the steps in `window` (host dicts, one per step), ending at `step`."""
         now = time.time()
         first, then = self.last
         self.last = (step, now)
-        steps_per_s = (step - first) / max(now - then, 1e-9)
+        training = max(now - then - self.pause, 1e-9)
+        self.pause = 0.0
+        steps_per_s = (step - first) / training
+        self.windows += 1
+        if self.windows > 1:   # the first window compiles the step
+            self.trained[0] += step - first
+            self.trained[1] += training
         H, L = stage_at(self.stages, step - 1)
         examples = steps_per_s * self.global_batch
         scalars = train_scalars(window, self.global_batch)
@@ -200,7 +236,8 @@ class TrainLog:
             **{f'xla/{k}': v for k, v in self.runtime.counters().items()},
         })
         self.writer.write(step, scalars)
-        self.progress.update(step, steps_per_s, [f'{label} {scalars[key]:.3g}' for key, label in _PROGRESS])
+        self.progress.update(step, steps_per_s, [f'{label} {scalars[key]:.3g}' for key, label in _PROGRESS],
+                             remaining=self.remaining_seconds(step, steps_per_s))
         return scalars
 
     def print_eval(self, step, metrics):
