@@ -3,6 +3,8 @@
 Tests that need another device count (1, 64) run in their own process (see run_in_subprocess).
 """
 
+import hashlib
+import http.server
 import os
 import subprocess
 import sys
@@ -88,3 +90,51 @@ def shared_data():
 def _isolated_data_cache(tmp_path_factory, monkeypatch):
     # Generated datasets are cached per session, never in the user's ~/.cache.
     monkeypatch.setenv('TRM_SPMD_DATA', str(tmp_path_factory.getbasetemp() / 'datasets'))
+
+
+class _StandInHub(http.server.BaseHTTPRequestHandler):
+    """The Hugging Face Hub's file endpoint for dataset repos, the part hf_hub_download
+    uses: HEAD and GET /datasets/OWNER/NAME/resolve/REVISION/FILE."""
+    files = {}   # (repo, filename) -> bytes
+
+    def _find(self):
+        parts = self.path.split('?')[0].split('/')
+        if len(parts) >= 7 and parts[1] == 'datasets' and parts[4] == 'resolve':
+            return self.files.get(('/'.join(parts[2:4]), '/'.join(parts[6:])))
+        return None
+
+    def _answer(self):
+        body = self._find()
+        self.send_response(200 if body is not None else 404)
+        self.send_header('Content-Length', str(len(body or b'')))
+        self.send_header('ETag', '"' + hashlib.sha256(body or b'').hexdigest() + '"')
+        self.send_header('X-Repo-Commit', '0' * 40)
+        self.end_headers()
+        return body
+
+    def do_HEAD(self):
+        self._answer()
+
+    def do_GET(self):
+        self.wfile.write(self._answer() or b'')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stand_in_hub(tmp_path):
+    """serve({'hf://OWNER/NAME/FILE': bytes}) -> the environment that points huggingface_hub at
+    a stand-in Hub on the loopback address serving those files (never the network)."""
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _StandInHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def serve(files):
+        _StandInHub.files = {}
+        for path, data in files.items():
+            owner, name, filename = path[len('hf://'):].split('/', 2)
+            _StandInHub.files[f'{owner}/{name}', filename] = data
+        return dict(os.environ, HF_ENDPOINT=f'http://127.0.0.1:{server.server_port}', HF_HOME=str(tmp_path / 'hf'),
+                    HF_HUB_DISABLE_TELEMETRY='1')
+    yield serve
+    server.shutdown()

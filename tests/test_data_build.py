@@ -12,7 +12,7 @@ import pytest
 
 from trm_spmd.data import dataset, load_split
 from trm_spmd.tasks import sudoku as sudoku_task
-from trm_spmd.tasks.sudoku import build as build_sudoku
+from trm_spmd.tasks.sudoku import build as build_sudoku, generate
 from trm_spmd.tasks.sudoku import grid as sudoku
 from trm_spmd.data.errors import DataError, PuzzleError
 
@@ -256,3 +256,21 @@ def test_cli_generate(tmp_path):
     assert sudoku.is_solution_grid(np.asarray(test.labels) - 1).all()
     build_sudoku.build_generated(tmp_path / 'again', 20, 4, (40, 45), 0, num_aug=1, progress=False)
     assert _files(tmp_path / 'again') == _files(tmp_path / 'gen')
+
+
+def test_hub_inputs_build_as_the_local_files_do(tmp_path, stand_in_hub):
+    rows = ['source,question,answer,rating']
+    for i in range(12):
+        puzzle, solution = generate.generate(np.random.default_rng([3, i]), (30, 40))
+        rows.append(f'gen,{sudoku.format_grid(puzzle)},{sudoku.format_grid(solution)},{i}')
+    (tmp_path / 'train.csv').write_text('\n'.join(rows[:9]) + '\n')
+    (tmp_path / 'test.csv').write_text('\n'.join(rows[:1] + rows[9:]) + '\n')
+    hub = 'hf://sapientinc/sudoku-extreme'
+    env = stand_in_hub({f'{hub}/{name}': (tmp_path / name).read_bytes() for name in ('train.csv', 'test.csv')})
+    result = subprocess.run([sys.executable, '-m', 'trm_spmd.data.build_sudoku', f'--input={hub}/train.csv',
+                             f'--test_input={hub}/test.csv', '--num_aug=2', f'--output_dir={tmp_path / "hub"}'],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    build_sudoku.build_from_files(str(tmp_path / 'local'), str(tmp_path / 'train.csv'),
+                                  test_file=str(tmp_path / 'test.csv'), num_aug=2, progress=False)
+    assert _files(tmp_path / 'hub') == _files(tmp_path / 'local')

@@ -4,12 +4,10 @@ a stand-in server; solve draws and judges a maze."""
 
 import csv
 import hashlib
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -167,62 +165,23 @@ def test_maze_runlocal_trains_evaluates_and_solves(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == 'error: --puzzle: goal is not reachable from the start'
 
 
-class _Hub(http.server.BaseHTTPRequestHandler):
-    """The Hub's file endpoint for dataset repos: /datasets/OWNER/NAME/resolve/REVISION/FILE."""
-    files = {}
-
-    def _find(self):
-        parts = self.path.split('?')[0].split('/')
-        if len(parts) >= 7 and parts[1] == 'datasets' and parts[4] == 'resolve':
-            return self.files.get(('/'.join(parts[2:4]), '/'.join(parts[6:])))
-        return None
-
-    def _headers(self, body):
-        self.send_header('Content-Length', str(len(body)))
-        self.send_header('ETag', '"' + hashlib.sha256(body).hexdigest() + '"')
-        self.send_header('X-Repo-Commit', '0' * 40)
-        self.end_headers()
-
-    def do_HEAD(self):
-        body = self._find()
-        self.send_response(200 if body is not None else 404)
-        self._headers(body or b'')
-
-    def do_GET(self):
-        body = self._find()
-        self.send_response(200 if body is not None else 404)
-        self._headers(body or b'')
-        self.wfile.write(body or b'')
-
-    def log_message(self, *args):
-        pass
-
-
-def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path):
+def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path, stand_in_hub):
     _write_csv(tmp_path / 'train.csv', _maze_rows(3, 6, seed=6))
     _write_csv(tmp_path / 'test.csv', _maze_rows(2, 6, seed=7))
-    _Hub.files = {('sapientinc/maze-30x30-hard-1k', name): (tmp_path / name).read_bytes()
-                  for name in ('train.csv', 'test.csv')}
-    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), _Hub)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = dict(os.environ, HF_ENDPOINT=f'http://127.0.0.1:{server.server_port}', HF_HOME=str(tmp_path / 'hf'),
-               HF_HUB_DISABLE_TELEMETRY='1')
     hub = 'hf://sapientinc/maze-30x30-hard-1k'
-    try:
-        cmd = [sys.executable, '-m', 'trm_spmd.data.build_maze', f'--input={hub}/train.csv',
-               f'--test_input={hub}/test.csv', f'--output_dir={tmp_path / "out"}']
-        result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr
-        build.build_from_files(str(tmp_path / 'local'), str(tmp_path / 'train.csv'), str(tmp_path / 'test.csv'))
-        for split in ('train', 'test'):
-            for name in os.listdir(tmp_path / 'local' / split):
-                downloaded, local = (tmp_path / d / split / name for d in ('out', 'local'))
-                assert downloaded.read_bytes() == local.read_bytes(), name
-        cmd[3] = f'--input={hub}/missing.csv'
-        cmd[-1] = f'--output_dir={tmp_path / "none"}'
-        result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        server.shutdown()
+    env = stand_in_hub({f'{hub}/{name}': (tmp_path / name).read_bytes() for name in ('train.csv', 'test.csv')})
+    cmd = [sys.executable, '-m', 'trm_spmd.data.build_maze', f'--input={hub}/train.csv',
+           f'--test_input={hub}/test.csv', f'--output_dir={tmp_path / "out"}']
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    build.build_from_files(str(tmp_path / 'local'), str(tmp_path / 'train.csv'), str(tmp_path / 'test.csv'))
+    for split in ('train', 'test'):
+        for name in os.listdir(tmp_path / 'local' / split):
+            downloaded, local = (tmp_path / d / split / name for d in ('out', 'local'))
+            assert downloaded.read_bytes() == local.read_bytes(), name
+    cmd[3] = f'--input={hub}/missing.csv'
+    cmd[-1] = f'--output_dir={tmp_path / "none"}'
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and not (tmp_path / 'none').exists()
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f'error: {hub}/missing.csv: could not download') and '--input=LOCAL_FILE' in last
