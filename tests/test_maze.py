@@ -159,6 +159,7 @@ def test_maze_runlocal_trains_evaluates_and_solves(tmp_path):
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert 'S' in result.stdout and 'G' in result.stdout and 'solution: ' in result.stdout
+    assert 'read only' not in result.stderr   # orbax's notice on a directory solve does not write
     cmd[-1] = f'--puzzle={unreachable}'
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2

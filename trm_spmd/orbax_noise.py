@@ -13,6 +13,10 @@ noise come with it, both redundant with that exception:
    the failure reaches the caller at the next save or wait. `OrbaxErrorLog` holds such
    records back while a checkpointer is open; `release()` prints them when no exception
    reported their failure (so nothing is ever swallowed), `discard()` drops them when one did.
+
+And one notice that reads like a fault and is not: opening a checkpoint directory the
+process may not write (solve reading a run) makes orbax warn "Given directory is read
+only"; `hide_read_only_notice()` drops that warning alone.
 """
 
 import logging
@@ -74,3 +78,13 @@ class OrbaxErrorLog(logging.Filter):
         held, self._held = self._held, []
         for record in held:
             self._logger.handle(record)
+
+
+def _is_read_only_notice(record):
+    return (f'{os.sep}orbax{os.sep}' in record.pathname
+            and str(record.msg).startswith('Given directory is read only'))
+
+
+def hide_read_only_notice():
+    """Drops orbax's 'Given directory is read only' warning (restoring needs no writes)."""
+    logging.getLogger('absl').addFilter(lambda record: not _is_read_only_notice(record))

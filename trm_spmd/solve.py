@@ -25,7 +25,7 @@ import torch
 from absl import flags, logging
 from ml_collections import ConfigDict
 
-from trm_spmd import errors, fs, tasks
+from trm_spmd import errors, fs, orbax_noise, tasks
 from trm_spmd.checkpoint import Checkpointer
 from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
@@ -199,6 +199,7 @@ def main(argv):
 
 def run():
     logging.set_verbosity(logging.WARNING)   # orbax reports every file it reads at INFO
+    orbax_noise.hide_read_only_notice()
     errors.run_main(main)
 
 
