@@ -126,3 +126,19 @@ def test_config_hash_tracks_values():
     b.optim.lr = 3e-4
     assert config_hash(a) != config_hash(b)
     assert isinstance(a, ml_collections.ConfigDict)
+
+
+@pytest.mark.parametrize('override, message', [
+    ('--config.optim.lr=abc', "flag --config.optim.lr=abc: could not convert string to float: 'abc'"),
+    ('--config.train.total_steps=1.5', 'flag --config.train.total_steps=1.5: invalid literal for int()'),
+])
+def test_an_override_of_the_wrong_type_is_one_line_and_exit_2(override, message):
+    import subprocess
+    import sys
+    from conftest import REPO
+    result = subprocess.run([sys.executable, '-m', 'trm_spmd.main', '--config=configs/baseline.py', override,
+                             '--dry_run'], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f'error: {message}'), result.stderr
+    assert "a value of its field's type" in lines[0]

@@ -61,3 +61,23 @@ def check_config_argv(argv, default=None):
             close = difflib.get_close_matches(key, known, n=1)
             hint = f': did you mean "{close[0]}"?' if close else ' (see trm_spmd/config/schema.py)'
             raise ConfigFileError(f'unknown config key "{key}" in {arg.split("=", 1)[0]}{hint}')
+    _check_override_values(argv, default)
+
+
+def _check_override_values(argv, default):
+    """Parses the --config flags alone, as absl will, so a value of the wrong type (or an
+    override before --config) is one line rather than absl's fatal flag error."""
+    args = []
+    for i, arg in enumerate(argv):
+        name = arg.lstrip('-').split('=', 1)[0]
+        if arg.startswith('-') and (name == 'config' or _override_key(arg) is not None):
+            args.append(arg)
+            if '=' not in arg and i + 1 < len(argv) and not argv[i + 1].startswith('-'):
+                args.append(argv[i + 1])
+    parser = flags.FlagValues()
+    config_flags.DEFINE_config_file('config', default, flag_values=parser, lock_config=True)
+    try:
+        parser(['check', *args])
+    except flags.Error as e:
+        raise ConfigFileError(f'{e}: give each --config.KEY a value of its field\'s type '
+                              f'(trm_spmd/config/schema.py)') from None
