@@ -11,9 +11,9 @@
 
 The layout knows no task: sequence length, vocabulary and ids come from dataset.json, and
 what a task adds (a difficulty measure, the command that builds it) is passed in by the
-task (trm_spmd/tasks). Datasets built by the official builders load unchanged. Writing goes to a temporary
-directory beside the output that is renamed into place at the end, so a failed or
-interrupted build never leaves a directory that looks like a dataset.
+task (trm_spmd/tasks). Datasets built by the official builders load unchanged. Writing
+goes to a temporary directory beside the output that is renamed into place at the end, so
+a failed or interrupted build never leaves a directory that looks like a dataset.
 """
 
 import dataclasses

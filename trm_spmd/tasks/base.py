@@ -7,9 +7,8 @@ trm_spmd/tasks/__init__.py's registry, plus a `python -m trm_spmd.data.build_<na
 
 Exact accuracy in training and evaluation is the official rule for every family: a row
 is exact when every supervised label cell is predicted (losses.py), which needs no task
-knowledge. A task's own rule, `verdict`, judges an answer without labels: for `solve`,
-where there are none, and for the analysis of saved outputs (is a Sudoku grid valid, is a
-path through a maze a shortest one).
+knowledge. A task's own rule, `verdict`, judges an answer without labels, as `solve` needs:
+is a Sudoku grid valid, is a path through a maze a shortest one.
 """
 
 import dataclasses
