@@ -90,14 +90,8 @@ def run_steps(config, global_batch, groups=DEFAULT_GROUPS):
 
 def flops_per_example(config):
     """Training FLOPs per example per ACT step of the config (first curriculum stage's cycles)."""
-    from trm_spmd import tasks
-    from trm_spmd.model.config import TRMConfig
-    from trm_spmd.model.flops import train_flops_per_example_step
-    cfg = TRMConfig.from_config(config, **tasks.sizes(config))
-    H, L = cfg.H_cycles, cfg.L_cycles
-    if config.curriculum.enabled:
-        H, L = config.curriculum.H_cycles[0], config.curriculum.L_cycles[0]
-    return train_flops_per_example_step(cfg, H, L)
+    from trm_spmd.scale import flops_per_example as per_example
+    return per_example(config)
 
 
 def project(flops_per_example_step, global_batch, tpu_slice, mfu, total_steps, target_ms=TARGET_MS):

@@ -1,6 +1,8 @@
 """--dry_run: everything a run would be, without training it."""
 
-from trm_spmd import tasks
+import sys
+
+from trm_spmd import scale, tasks
 from trm_spmd.config import config_hash, validate
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.flops import train_flops_per_example_step
@@ -38,3 +40,6 @@ def dry_run(config, source, print_fn=print):
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         print_fn(f'{key:<{width}}  {value}')
+    warning = scale.far_outside_plan(config, runtime.device_count, runtime.device_kind)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)

@@ -8,10 +8,11 @@ curriculum stage) and evaluate.py; what a checkpoint holds is in checkpoint_io.p
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 
-from trm_spmd import fs, hosts
+from trm_spmd import fs, hosts, scale
 from trm_spmd import lease as lease_lib
 from trm_spmd.checkpoint import Checkpointer, restore_agreed
 from trm_spmd.config import config_hash, validate
@@ -75,6 +76,9 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
 
     # ---- model, optimizers, EMA and the compiled steps -----------------------------------
     trainer = build_trainer(config, runtime, dataset.vocab_size, dataset.seq_len, dataset.num_puzzle_identifiers)
+    warning = scale.far_outside_plan(config, runtime.device_count, runtime.device_kind)
+    if warning and runtime.is_main_host:
+        print(warning, file=sys.stderr, flush=True)
     train_steps = compile_train_steps(trainer, config, runtime, total_steps)
     evaluator = Evaluator(trainer, config, runtime, dataset.eval_batches(), dataset.difficulty_buckets(), workdir)
 
