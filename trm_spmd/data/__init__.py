@@ -11,3 +11,14 @@ from trm_spmd.data.loader import EvalBatches, Prefetcher, TrainBatches
 
 __all__ = ['DataError', 'DatasetError', 'EvalBatches', 'Prefetcher', 'PuzzleError',
            'Split', 'TrainBatches', 'load_split']
+
+# The Sudoku modules' old import paths (they moved to trm_spmd/tasks/sudoku), so that scripts
+# written against them, `from trm_spmd.data.sudoku import parse_grid` say, keep working.
+import sys as _sys  # noqa: E402
+
+from trm_spmd.tasks.sudoku import augment as _augment, generate as _generate, grid as _grid  # noqa: E402
+from trm_spmd.tasks.sudoku import solver as _solver  # noqa: E402
+
+for _name, _module in (('sudoku', _grid), ('solver', _solver), ('generate', _generate), ('augment', _augment)):
+    _sys.modules[f'{__name__}.{_name}'] = _module
+    globals()[_name] = _module
