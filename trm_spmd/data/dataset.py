@@ -155,6 +155,14 @@ def split_arrays(inputs, labels, group_size, ratings, vocab_size):
     return arrays, metadata
 
 
+def check_new_output_dir(output_dir):
+    """A builder's --output_dir must be given and not exist yet: checked before any work."""
+    if not output_dir:
+        raise DataError('--output_dir is required')
+    if os.path.exists(output_dir):
+        raise DataError(f'{output_dir} already exists: remove it or choose another --output_dir')
+
+
 def write_dataset(output_dir, splits):
     """Writes {split: (arrays, metadata)} to output_dir atomically."""
     output_dir = os.path.abspath(os.fspath(output_dir))

@@ -10,8 +10,6 @@ puzzle identifier. Ours adds all__ratings.npy (the CSV's rating column, -1 when 
 which the official loader does not read.
 """
 
-import os
-
 import numpy as np
 
 from trm_spmd.data import dataset
@@ -103,10 +101,7 @@ def statistics(questions, answers):
 
 
 def _check_args(output_dir, num_aug):
-    if not output_dir:
-        raise DataError('--output_dir is required')
-    if os.path.exists(output_dir):
-        raise DataError(f'{output_dir} already exists: remove it or choose another --output_dir')
+    dataset.check_new_output_dir(output_dir)
     if not 0 <= num_aug <= MAX_AUG:
         raise DataError(f'--num_aug={num_aug} must be in 0..{MAX_AUG} (7: all 8 dihedral transforms, '
                         f'the official builder\'s aug=True)')

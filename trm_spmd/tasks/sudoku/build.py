@@ -61,19 +61,12 @@ def _write(output_dir, train, test, num_aug, seed):
             f'test {len(test[0])} examples')
 
 
-def _check_output_dir(output_dir):
-    if not output_dir:
-        raise DataError('--output_dir is required')
-    if os.path.exists(output_dir):
-        raise DataError(f'{output_dir} already exists: remove it or choose another --output_dir')
-
-
 def build_from_files(output_dir, input_file, solutions_file=None, test_file=None, test_solutions_file=None,
                      subsample=0, num_aug=0, eval_fraction=0.1, min_rating=None, seed=0,
                      on_error='fail', progress=True):
     """Builds a dataset from puzzle files (the CLI's --input, --solutions, --test_input,
     --test_solutions); returns a one-line summary. Raises DataError."""
-    _check_output_dir(output_dir)
+    dataset.check_new_output_dir(output_dir)
     if num_aug < 0 or subsample < 0:
         raise DataError('--num_aug and --subsample must be >= 0')
     if test_solutions_file and not test_file:
@@ -127,7 +120,7 @@ def build_generated(output_dir, num_train, num_test, blanks, seed, num_aug=0, pr
 
     Test puzzles never repeat a training puzzle. Ratings are unknown (-1). Returns a summary.
     """
-    _check_output_dir(output_dir)
+    dataset.check_new_output_dir(output_dir)
     if num_train < 1 or num_test < 1 or num_aug < 0:
         raise DataError(f'generate needs >= 1 training and test puzzles and num_aug >= 0, got '
                         f'{num_train}, {num_test}, {num_aug}')
