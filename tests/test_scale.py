@@ -26,7 +26,7 @@ def test_no_planned_run_is_warned_about():
     specs = list(_planned_specs())
     assert len(specs) > 30
     for spec in specs:
-        assert scale.far_outside_plan(load_config(spec), 32, 'TPU v4') is None, spec
+        assert scale.far_outside_plan(scale.flops_per_step(load_config(spec)), 32, 'TPU v4') is None, spec
 
 
 def test_a_far_larger_config_gets_its_flops_and_time_on_the_slice():
@@ -34,16 +34,17 @@ def test_a_far_larger_config_gets_its_flops_and_time_on_the_slice():
     ratio = scale.flops_per_step(config) / scale.flops_per_step(load_config(os.path.join(REPO, 'configs/baseline.py')))
     assert ratio == pytest.approx(288.6, rel=1e-3)
     seconds = scale.flops_per_step(config) / (32 * 275e12 * scale.ASSUMED_MFU)
-    warning = scale.far_outside_plan(config, 32, 'TPU v4')
+    warning = scale.far_outside_plan(scale.flops_per_step(config), 32, 'TPU v4')
     assert warning.startswith('warning: this config does 9,468 TFLOP per training step, 289x the paper')
     assert f'on these 32 TPU v4 devices a step takes about {seconds:,.2f} s at 30% MFU' in warning
-    assert 'no time estimate' in scale.far_outside_plan(config, 1, 'CPU')
+    assert 'no time estimate' in scale.far_outside_plan(scale.flops_per_step(config), 1, 'CPU')
 
 
 def test_a_tpu_vm_names_its_generation(monkeypatch):
     config = load_config(os.path.join(REPO, 'configs/tn_sweep.py:t99_n99'))
     monkeypatch.setenv('TPU_ACCELERATOR_TYPE', 'v5litepod-16')
-    assert 'on these 16 v5litepod-16 devices a step takes about' in scale.far_outside_plan(config, 16, 'TPU')
+    warning = scale.far_outside_plan(scale.flops_per_step(config), 16, 'TPU')
+    assert 'on these 16 v5litepod-16 devices a step takes about' in warning
 
 
 def test_dry_run_prints_the_warning_line():

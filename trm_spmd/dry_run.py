@@ -40,6 +40,6 @@ def dry_run(config, source, print_fn=print):
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         print_fn(f'{key:<{width}}  {value}')
-    warning = scale.far_outside_plan(config, runtime.device_count, runtime.device_kind)
+    warning = scale.far_outside_plan(flops * batch, runtime.device_count, runtime.device_kind)
     if warning:
         print(warning, file=sys.stderr, flush=True)

@@ -29,10 +29,10 @@ def flops_per_step(config):
     return flops_per_example(config) * config.data.global_batch_size
 
 
-def far_outside_plan(config, device_count, device_kind):
-    """The `warning:` line of a config with more than FAR_OUTSIDE times the baseline's work
-    per step, or None."""
-    flops, baseline = flops_per_step(config), flops_per_step(default_config())
+def far_outside_plan(flops, device_count, device_kind):
+    """The `warning:` line of a run whose training step does `flops`, more than FAR_OUTSIDE
+    times the baseline's work per step, or None."""
+    baseline = flops_per_step(default_config())
     ratio = flops / baseline
     if ratio <= FAR_OUTSIDE:
         return None

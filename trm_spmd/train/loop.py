@@ -76,7 +76,8 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
 
     # ---- model, optimizers, EMA and the compiled steps -----------------------------------
     trainer = build_trainer(config, runtime, dataset.vocab_size, dataset.seq_len, dataset.num_puzzle_identifiers)
-    warning = scale.far_outside_plan(config, runtime.device_count, runtime.device_kind)
+    flops_per_example = train_flops_per_example_step(trainer.cfg)
+    warning = scale.far_outside_plan(flops_per_example * batch_size, runtime.device_count, runtime.device_kind)
     if warning and runtime.is_main_host:
         print(warning, file=sys.stderr, flush=True)
     train_steps = compile_train_steps(trainer, config, runtime, total_steps)
@@ -96,7 +97,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
         writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard))
         cleanup.callback(runtime.wait)
         log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.num_groups,
-                       train_flops_per_example_step(trainer.cfg), stages, eval_every)
+                       flops_per_example, stages, eval_every)
         stop, last_eval = cleanup.enter_context(StopRequest()), {}
         try:
             # ---- where the run starts: its newest good checkpoint, else init_from, else fresh
