@@ -9,6 +9,8 @@ A run picks its family with `data.task`; a dataset in the official layout says i
 dataset.json, and the task checks that they are its own.
 """
 
+import importlib
+
 from trm_spmd.errors import UserError
 
 _MODULES = {'sudoku': 'trm_spmd.tasks.sudoku', 'maze': 'trm_spmd.tasks.maze'}
@@ -24,5 +26,4 @@ def get(name):
     """The Task named `name`; a UserError lists the known ones."""
     if name not in _MODULES:
         raise UserError(f'data.task={name!r} is not a known task; known: {", ".join(NAMES)}')
-    import importlib
     return importlib.import_module(_MODULES[name]).TASK
