@@ -64,8 +64,7 @@ def test_ignored_labels_become_minus_100():
 def test_every_group_once_per_epoch_and_variant_from_its_group(groups, batch):
     rng = np.random.default_rng(0)
     group_sizes = rng.integers(1, 4, groups)
-    puzzle_sizes = rng.integers(1, 3, group_sizes.sum())
-    split = _tagged_split(group_sizes, puzzle_sizes)
+    split = _tagged_split(group_sizes, np.ones(group_sizes.sum(), int))
     loader = TrainBatches(split, batch, seed=3)
     seen = np.concatenate([_groups_of(loader.batch_at(s), split) for s in range(groups * 3 // np.gcd(groups, batch))])
     for epoch in np.split(seen[:len(seen) // groups * groups], len(seen) // groups):
@@ -74,6 +73,69 @@ def test_every_group_once_per_epoch_and_variant_from_its_group(groups, batch):
     for step in range(5):
         b = loader.batch_at(step)
         assert ((_groups_of(b, split) % 10) == b['inputs'][:, 0]).all()   # the example is from the group
+
+
+def _packed_split(groups, seed=0):
+    """Groups of 1-3 puzzles of 1-5 examples; input token 1 of an example = its index."""
+    rng = np.random.default_rng(seed)
+    group_sizes = rng.integers(1, 4, groups)
+    split = _tagged_split(group_sizes, rng.integers(1, 6, group_sizes.sum()))
+    split.inputs[:, 1] = np.arange(split.num_examples) % 256
+    return split
+
+
+def _runs(values):
+    """values with consecutive repeats collapsed, and the length of each run."""
+    starts = np.flatnonzero(np.diff(values, prepend=values[0] - 1))
+    return values[starts], np.diff(np.append(starts, values.size))
+
+
+@pytest.mark.parametrize('groups, batch', [(40, 8), (7, 16)])
+def test_packed_batches_take_every_example_of_a_puzzle_and_every_group_once_per_epoch(groups, batch):
+    split = _packed_split(groups)
+    loader = TrainBatches(split, batch, seed=3)
+    assert loader.steps_per_epoch == pytest.approx(split.epoch_examples / batch)
+    slots, cut = [], 0
+    for step in range(60):
+        first, (_, _, after) = loader._cursor(step), loader._packed_batch(step)
+        assert first == len(slots)   # each batch starts at the slot after the last one's
+        slots += loader._groups(first, after - first).tolist()
+        b = loader.batch_at(step)
+        row_groups = _runs(np.searchsorted(split.group_indices, b['puzzle_identifiers'], side='right') - 1)[0]
+        assert (row_groups == _runs(np.array(slots[first:]))[0]).all()   # rows come from the slots in order
+        puzzles, rows = _runs(b['puzzle_identifiers'])
+        sizes = np.diff(split.puzzle_indices)[puzzles]
+        assert (rows[:-1] % sizes[:-1] == 0).all() and rows[-1] <= sizes[-1] * 2   # whole puzzles but the last
+        cut += rows[-1] % sizes[-1] != 0
+    for epoch in range(len(slots) // groups):
+        assert sorted(slots[epoch * groups:(epoch + 1) * groups]) == list(range(groups))
+    assert 0 < cut < 60
+    for step in range(6):
+        b = loader.batch_at(step)
+        puzzles, rows = _runs(b['puzzle_identifiers'])
+        start = 0
+        for p, r in zip(puzzles, rows):
+            size = split.puzzle_indices[p + 1] - split.puzzle_indices[p]
+            for chunk in np.split(b['inputs'][start:start + r, 1], range(size, r, size)):
+                own = np.arange(split.puzzle_indices[p], split.puzzle_indices[p + 1]) % 256
+                assert set(chunk.tolist()) <= set(own.tolist()) and len(set(chunk.tolist())) == len(chunk)
+            start += r
+
+
+def test_packed_stream_resumes_from_its_position_on_any_host_count():
+    split = _packed_split(23, seed=1)
+    straight = TrainBatches(split, 12, seed=4)
+    expected = [straight.batch_at(s) for s in range(15)]
+    position = json.loads(json.dumps(straight.position(9)))
+    resumed = TrainBatches(split, 12, seed=4, process_index=2, process_count=3)
+    resumed.check_position(position)
+    assert min(resumed._cursors) == 0 and 9 in resumed._cursors   # no replay of batches 0-8 needed
+    with Prefetcher(resumed.batch_at, start=9, depth=2) as batches:
+        for step in range(9, 15):
+            got = next(batches)
+            for key in got:
+                assert (got[key] == expected[step][key][8:]).all()
+    assert not (expected[3]['inputs'] == TrainBatches(split, 12, seed=5).batch_at(3)['inputs']).all()
 
 
 def test_variants_are_all_drawn():

@@ -23,7 +23,7 @@ def log(monkeypatch):
     monkeypatch.setattr(metrics, 'train_scalars', lambda window, batch: {key: 0.0 for key, _ in metrics._PROGRESS})
     runtime = types.SimpleNamespace(is_main_host=False, counters=dict)
     writer = types.SimpleNamespace(write=lambda step, scalars: None)
-    train_log = metrics.TrainLog(writer, runtime, 64, total_steps=1000, num_groups=5000, flops_per_example=1.0,
+    train_log = metrics.TrainLog(writer, runtime, 64, total_steps=1000, epoch_examples=5000, flops_per_example=1.0,
                                  stages=[(0, 1, 2)], eval_every=200)
     train_log.clock = clock
     return train_log

@@ -59,6 +59,13 @@ class Split:
     def num_groups(self):
         return self.group_indices.shape[0] - 1
 
+    @property
+    def epoch_examples(self):
+        """Rows one training epoch yields: one puzzle per group with all its examples on
+        average (the reference's epoch; the group count where puzzles are single examples)."""
+        puzzles = self.puzzle_indices.shape[0] - 1
+        return self.num_groups * self.num_examples / max(puzzles, 1)
+
     @functools.cached_property
     def difficulty(self):
         """int32 [N]: the task's difficulty of each example (zeros when it has none)."""

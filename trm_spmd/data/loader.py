@@ -6,13 +6,17 @@ it, while each host materializes only its rows. All randomness is a pure functio
 (seed, epoch) or (seed, step, row): a loader's position is one integer.
 
 Training stream (as the reference): epoch e is a seeded permutation of the groups; the
-permutations of epochs 0, 1, 2, ... are laid end to end and cut into consecutive global
-batches; each group slot picks one random puzzle of its group and one random example of
-that puzzle. Batches straddle epoch boundaries instead of dropping a remainder, so every
-group is seen once per epoch, nothing is wasted when the group count is not a multiple of
-the batch (1000 groups at batch 768: 1.30 steps per epoch, the reference's 65,104 steps
-for 50,000 epochs), and a dataset with fewer groups than one batch still yields full
-batches without drawing any group twice within an epoch.
+permutations of epochs 0, 1, 2, ... are laid end to end and consumed by consecutive global
+batches; each group slot picks one random puzzle of its group. Where every puzzle is one
+example (Sudoku, mazes) a slot is one row: batch s is slots [s*B, (s+1)*B). Where puzzles
+have several examples (ARC: a task's demonstration pairs) a slot contributes all its
+puzzle's examples in random order, as the reference packs them, and the batch's last puzzle
+is cut at the batch's end; the next batch starts at the next slot. Batches straddle epoch
+boundaries instead of dropping a remainder, so every group is seen once per epoch, nothing
+is wasted when the group count is not a multiple of the batch (1000 groups at batch 768:
+1.30 steps per epoch, the reference's 65,104 steps for 50,000 epochs), and a dataset with
+fewer groups than one batch still yields full batches without drawing any group twice
+within an epoch.
 """
 
 import queue
@@ -24,7 +28,7 @@ from trm_spmd.batch import IGNORE_LABEL, host_rows
 from trm_spmd.data.errors import DataError
 
 # Stream tags keep the random draws for the different purposes independent.
-_PERMUTATION, _VARIANT, _AUGMENT = 0, 1, 2
+_PERMUTATION, _VARIANT, _AUGMENT, _ORDER = 0, 1, 2, 3
 
 
 def row_uniforms(entropy, start, stop, per_row):
@@ -70,6 +74,8 @@ class TrainBatches:
         self._puzzle_start = split.puzzle_indices[:-1]
         self._puzzle_size = np.diff(split.puzzle_indices)
         self._permutations = {}
+        self._packed = bool(self._puzzle_size.max() > 1)
+        self._cursors = {0: 0}
 
     @property
     def num_groups(self):
@@ -78,7 +84,7 @@ class TrainBatches:
     @property
     def steps_per_epoch(self):
         """Batches per pass over the groups; fractional, batches straddle epochs."""
-        return self.num_groups / self.global_batch_size
+        return self.split.epoch_examples / self.global_batch_size
 
     def _permutation(self, epoch):
         if epoch not in self._permutations:
@@ -99,14 +105,49 @@ class TrainBatches:
             done += take
         return groups
 
+    def _pick(self, groups, u):
+        """A random puzzle of each group, by one uniform number each."""
+        sizes = self._group_size[groups]
+        return self._group_start[groups] + np.minimum((u * sizes).astype(np.int64), sizes - 1)
+
+    def _packed_batch(self, step):
+        """(examples, puzzles, next slot) of global batch `step`, packed from slot cursor(step)."""
+        first = self._cursor(step)
+        # Every slot gives at least one row: B slots always fill the batch.
+        slots = self._groups(first, self.global_batch_size)
+        puzzles = self._pick(slots, row_uniforms([self.seed, _VARIANT], first, first + slots.size, 4)[:, 0])
+        sizes = self._puzzle_size[puzzles]
+        used = int(np.searchsorted(np.cumsum(sizes), self.global_batch_size)) + 1
+        puzzles, sizes = puzzles[:used], sizes[:used]
+        # Each puzzle's examples in a random order (the reference's draw without replacement).
+        owner = np.repeat(np.arange(used), sizes)
+        keys = np.random.default_rng([self.seed, _ORDER, step]).random(owner.size)
+        order = np.lexsort((keys, owner))
+        offsets = order - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        examples = self._puzzle_start[puzzles][owner] + offsets
+        return examples[:self.global_batch_size], puzzles[owner][:self.global_batch_size], first + used
+
+    def _cursor(self, step):
+        """The first group slot of packed batch `step`: where batch step - 1 stopped."""
+        known = max(s for s in self._cursors if s <= step)
+        while known < step:
+            self._cursors[known + 1] = self._packed_batch(known)[2]
+            known += 1
+            if len(self._cursors) > 4096:   # keep the start, the recent ones and every 1024th
+                self._cursors = {s: c for s, c in self._cursors.items() if s % 1024 == 0 or s > known - 64}
+        return self._cursors[step]
+
     def batch_at(self, step):
         """This host's rows of global batch `step` (a pure function of seed and step)."""
-        u = row_uniforms([self.seed, _VARIANT, step], self._start, self._stop, 4)
-        groups = self._groups(step * self.global_batch_size + self._start, self._stop - self._start)
-        sizes = self._group_size[groups]
-        puzzles = self._group_start[groups] + np.minimum((u[:, 0] * sizes).astype(np.int64), sizes - 1)
-        sizes = self._puzzle_size[puzzles]
-        examples = self._puzzle_start[puzzles] + np.minimum((u[:, 1] * sizes).astype(np.int64), sizes - 1)
+        if self._packed:
+            examples, puzzles, _ = self._packed_batch(step)
+            examples, puzzles = examples[self._start:self._stop], puzzles[self._start:self._stop]
+        else:
+            u = row_uniforms([self.seed, _VARIANT, step], self._start, self._stop, 4)
+            puzzles = self._pick(self._groups(step * self.global_batch_size + self._start, self._stop - self._start),
+                                 u[:, 0])
+            sizes = self._puzzle_size[puzzles]
+            examples = self._puzzle_start[puzzles] + np.minimum((u[:, 1] * sizes).astype(np.int64), sizes - 1)
         inputs = self.split.inputs[examples]
         labels = self.split.labels[examples]
         if self.augment is not None:
@@ -118,16 +159,20 @@ class TrainBatches:
 
     def position(self, step):
         """Where batch `step` starts in the stream; host-independent, so any host count can resume it."""
-        epoch, offset = divmod(step * self.global_batch_size, self.num_groups)
+        slot = self._cursor(step) if self._packed else step * self.global_batch_size
+        epoch, offset = divmod(slot, self.num_groups)
         return {'step': int(step), 'epoch': epoch, 'offset': offset, 'seed': self.seed,
                 'global_batch_size': self.global_batch_size, 'num_groups': self.num_groups}
 
     def check_position(self, position):
-        """Refuses to resume a position saved with another stream (seed, batch, groups)."""
+        """Refuses to resume a position saved with another stream (seed, batch, groups); a
+        packed stream continues from the saved slot instead of replaying the batches before it."""
         for key in ('seed', 'global_batch_size', 'num_groups'):
             if int(position[key]) != getattr(self, key):
                 raise DataError(f'the data position was saved with {key}={int(position[key])} but this run has '
                                 f'{getattr(self, key)}: resume with the same data, seed and batch size')
+        if self._packed:
+            self._cursors[int(position['step'])] = int(position['epoch']) * self.num_groups + int(position['offset'])
 
 
 class EvalBatches:

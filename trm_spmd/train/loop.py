@@ -70,7 +70,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     hosts.check_agreement(runtime, config)
     dataset = open_dataset(config, runtime)
     loader = dataset.train_batches()
-    total_steps, eval_every = schedule_steps(config, dataset.train.num_groups)
+    total_steps, eval_every = schedule_steps(config, dataset.train.epoch_examples)
     stages = curriculum_stages(config, total_steps)
     batch_size = config.data.global_batch_size
 
@@ -81,7 +81,8 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     if warning and runtime.is_main_host:
         print(warning, file=sys.stderr, flush=True)
     train_steps = compile_train_steps(trainer, config, runtime, total_steps)
-    evaluator = Evaluator(trainer, config, runtime, dataset.eval_batches(), dataset.difficulty_buckets(), workdir)
+    evaluator = Evaluator(trainer, config, runtime, dataset.eval_batches(), dataset.difficulty_buckets(), workdir,
+                          dataset.scorer)
 
     # ---- the run directory: a lease on it, its record, checkpoints and metrics ------------
     with contextlib.ExitStack() as cleanup:
@@ -96,7 +97,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                                  resuming=checkpointer.latest_step() is not None)
         writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard))
         cleanup.callback(runtime.wait)
-        log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.num_groups,
+        log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.epoch_examples,
                        flops_per_example, stages, eval_every)
         stop, last_eval = cleanup.enter_context(StopRequest()), {}
         try:

@@ -170,10 +170,10 @@ class TrainLog:
     plus the evaluations left at the last one's duration, so it converges instead of jumping
     with each evaluation."""
 
-    def __init__(self, writer, runtime, global_batch, total_steps, num_groups, flops_per_example, stages,
+    def __init__(self, writer, runtime, global_batch, total_steps, epoch_examples, flops_per_example, stages,
                  eval_every=0):
         self.writer, self.runtime = writer, runtime
-        self.global_batch, self.num_groups, self.flops_per_example = global_batch, num_groups, flops_per_example
+        self.global_batch, self.epoch_examples, self.flops_per_example = global_batch, epoch_examples, flops_per_example
         self.stages, self.total_steps, self.eval_every = stages, total_steps, eval_every
         self.progress = Progress('step', total_steps, enabled=runtime.is_main_host, stream=sys.stdout,
                                  unit='steps', throttle=False)
@@ -231,7 +231,7 @@ class TrainLog:
             'perf/examples_per_s': examples,
             'perf/tflops_per_s': examples * self.flops_per_example / 1e12,
             'progress/examples': step * self.global_batch,
-            'progress/epoch': step * self.global_batch / self.num_groups,
+            'progress/epoch': step * self.global_batch / self.epoch_examples,
             'progress/pflop': step * self.global_batch * self.flops_per_example / 1e15,
             **{f'xla/{k}': v for k, v in self.runtime.counters().items()},
         })

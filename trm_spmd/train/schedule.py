@@ -1,12 +1,13 @@
 """When things happen in a run: its length, the eval cadence, curriculum stages, itstime."""
 
 
-def schedule_steps(config, num_groups, global_batch=None):
-    """(total_steps, eval_every): the reference counts both in epochs over the training groups.
+def schedule_steps(config, epoch_examples, global_batch=None):
+    """(total_steps, eval_every): the reference counts both in epochs, of `epoch_examples`
+    rows each (Split.epoch_examples: the group count where puzzles are single examples).
     global_batch defaults to the config's (a projection asks about other batches)."""
     t, batch = config.train, global_batch or config.data.global_batch_size
-    total = max(t.total_steps if t.total_steps > 0 else int(t.epochs * num_groups / batch), 1)
-    every = t.eval_every_steps if t.eval_every_steps > 0 else int(t.eval_every_epochs * num_groups / batch)
+    total = max(t.total_steps if t.total_steps > 0 else int(t.epochs * epoch_examples / batch), 1)
+    every = t.eval_every_steps if t.eval_every_steps > 0 else int(t.eval_every_epochs * epoch_examples / batch)
     return total, min(max(every, 1), total)
 
 
