@@ -63,12 +63,14 @@ def config_and_overrides(**changes):
     return config, overrides
 
 
-def synthetic_batch(rng, rows, num_puzzle_identifiers=1, blank_fraction=0.6, config=None):
+def synthetic_batch(rng, rows, num_puzzle_identifiers=None, blank_fraction=0.6, config=None):
     """One host batch as the loader gives it, of the sizes of the config's task (default
-    Sudoku's): int32 inputs [rows, seq_len] in 1..vocab-1, labels in 2..vocab-1. Its cost
-    does not depend on the values (fixed shapes, halting by masking)."""
+    Sudoku's): int32 inputs [rows, seq_len] in 1..vocab-1, labels in 2..vocab-1, identifiers
+    drawn from the task's table (default one entry). Its cost does not depend on the values
+    (fixed shapes, halting by masking)."""
     from trm_spmd import tasks
     sizes = tasks.sizes(config) if config is not None else tasks.get('sudoku').sizes(None)
+    num_puzzle_identifiers = num_puzzle_identifiers or sizes.get('num_puzzle_identifiers', 1)
     shape = (rows, sizes['seq_len'])
     labels = rng.integers(2, sizes['vocab_size'], size=shape, dtype=np.int32)
     inputs = np.where(rng.random(shape) < blank_fraction, BLANK_TOKEN, labels).astype(np.int32)

@@ -86,11 +86,16 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     eval_inputs = runtime.put_batch({**host_eval, 'bucket': np.zeros(eval_batch, np.int32)})
     eval_carry = evaluator._initial_carry()
     params = [p for p in trainer.model.parameters()]
+    sharded = trainer.row_sharded(runtime)   # split by rows over the chips: a chip holds 1/chips of each
+    table = trainer.model.puzzle_emb
     shared = {
         'trainable_parameters': trainable_param_count(trainer.model),
         'parameter_bytes': nbytes(params),
-        # What a train step writes in place (torch_xla donates these buffers to the step).
-        'state_bytes': nbytes(trainer.persistent_tensors()),   # parameters, buffers, optimizer state, EMA
+        # What a train step writes in place, per chip (torch_xla donates these buffers to the step).
+        'state_bytes': nbytes(trainer.persistent_tensors(skip=sharded)) + nbytes(sharded) // runtime.device_count,
+        'puzzle_emb_shape': list(table.shape) if table is not None else None,
+        'puzzle_emb_bytes': nbytes([table]) if table is not None else 0,
+        'puzzle_emb_row_sharded': bool(sharded),
         'H_cycles': H, 'L_cycles': L, 'halt_max_steps': trainer.cfg.halt_max_steps,
         'forward_dtype': trainer.cfg.forward_dtype, 'grad_accum_steps': config.optim.grad_accum_steps,
     }
@@ -278,6 +283,12 @@ def report_lines(name, r, tpu_slice, target_ms):
                                          if coll else 'none'))
     if r['global_batch'] and name == 'train_step':
         lines.append(f'                   (parameters: {_mb(r["parameter_bytes"])} float32)')
+        if r.get('puzzle_emb_shape') and r['puzzle_emb_shape'][0] > 1:
+            rows, width = r['puzzle_emb_shape']
+            share = r['puzzle_emb_bytes'] / (tpu_slice.chips if r['puzzle_emb_row_sharded'] else 1)
+            lines.append(f'  puzzle emb       {rows:,} x {width} float32, {_mb(r["puzzle_emb_bytes"])}: {_mb(share)} per '
+                         + (f'chip (split by rows over {tpu_slice.chips} chips)' if r['puzzle_emb_row_sharded']
+                            else 'chip (replicated)'))
     mm = r['matmuls']
     lines.append('  matmuls          ' + (', '.join(f'{k}: {v}' for k, v in sorted(mm.items(), key=lambda kv: -kv[1]))
                                          if mm else 'none'))

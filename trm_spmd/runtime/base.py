@@ -39,6 +39,10 @@ class Runtime:
     def replicate(self, tensor):
         return tensor
 
+    def shard_rows(self, tensor):
+        """Marks a device tensor (a large table) as split by rows over every device."""
+        return tensor
+
     def sharding_spec(self, tensor):
         return 'local'
 

@@ -110,6 +110,13 @@ class XlaRuntime(Runtime):
         self._xs.mark_sharding(tensor, self.mesh, (None,) * tensor.dim())
         return tensor
 
+    def shard_rows(self, tensor):
+        """Marks a device tensor as split by rows over every device of the mesh (both axes):
+        a table too large to replicate, e.g. ARC's puzzle embedding. A lookup from it is a
+        local gather of the rows each device holds and an all-reduce of the batch's rows."""
+        self._xs.mark_sharding(tensor, self.mesh, (self.axis_names,) + (None,) * (tensor.dim() - 1))
+        return tensor
+
     def sharding_spec(self, tensor):
         return self._torch_xla._XLAC._get_xla_sharding_spec(tensor)
 

@@ -15,6 +15,7 @@ import torch
 from trm_spmd import fs
 from trm_spmd.checkpoint import to_numpy_tree
 from trm_spmd.errors import UserError
+from trm_spmd.model.trm import PUZZLE_EMB
 
 FORMAT = 1
 _RESUME_HINT = 'resume with the config the run was started with'
@@ -41,8 +42,11 @@ def _load_optimizer_state(optimizer, tree, name):
 def checkpoint_tree(trainer, state, step, data_position, runtime):
     """(tree, meta) of a training run after `step` updates; state is its TrainState."""
     main, puzzle = trainer.optimizers
+    model = trainer.model.state_dict()
+    if trainer.row_sharded(runtime):   # its rows live on other hosts' devices too: gathered here
+        model[PUZZLE_EMB] = runtime.to_host(trainer.model.puzzle_emb)
     tree = {
-        'model': trainer.model.state_dict(),
+        'model': model,
         'optim': {'main': _optimizer_state(main)},
         'carry': {k: runtime.to_host(v) for k, v in state.carry.items()},
     }

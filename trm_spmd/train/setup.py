@@ -21,9 +21,11 @@ class Trainer:
     optimizers: tuple      # (main optimizer, SignSGD of the puzzle embedding or None)
     ema: EMA | None
 
-    def persistent_tensors(self):
-        """Every device tensor the steps read or update in place, besides a TrainState."""
-        tensors = [p.data for p in self.model.parameters()] + list(self.model.buffers())
+    def persistent_tensors(self, skip=()):
+        """Every device tensor the steps read or update in place, besides a TrainState
+        (less the parameters in `skip`)."""
+        tensors = [p.data for p in self.model.parameters() if all(p is not q for q in skip)]
+        tensors += list(self.model.buffers())
         for opt in self.optimizers:
             if opt is not None:
                 for state in opt.state.values():
@@ -32,12 +34,22 @@ class Trainer:
             tensors += self.ema.shadow
         return tensors
 
+    def row_sharded(self, runtime):
+        """The tensors split by rows over the devices instead of replicated: the puzzle
+        embedding, once it has a row per device or more (ARC's: ~10^6 rows of 512, 2 GB in
+        float32, would not fit replicated beside the rest; Sudoku's one row stays replicated)."""
+        table = self.model.puzzle_emb
+        if table is None or table.shape[0] < runtime.device_count:
+            return []
+        return [table]
 
-def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_identifiers=1):
+
+def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_identifiers=None):
     """The model initialised on the CPU from config.seed (the same weights on every backend
     and mesh) and moved to the device; optimizer state created now, not inside the first
     traced step. Sizes not given (no dataset: benchmarks) are those of the config's task."""
     implied = tasks.sizes(config)
+    num_puzzle_identifiers = num_puzzle_identifiers or implied.get('num_puzzle_identifiers', 1)
     cfg = TRMConfig.from_config(config, vocab_size=vocab_size or implied['vocab_size'],
                                 seq_len=seq_len or implied['seq_len'],
                                 num_puzzle_identifiers=num_puzzle_identifiers).with_auto_dtype(runtime.fast_dtype)
@@ -74,9 +86,12 @@ def initial_state(trainer, runtime, global_batch, step=0):
 
 
 def settle(trainer, runtime):
-    """Marks every persistent tensor replicated, as a step's outputs are, and materializes
-    pending writes (initialisation, a restored checkpoint), so the first step traces the
-    same graph as every later one."""
-    for tensor in trainer.persistent_tensors():
+    """Marks every persistent tensor replicated (or split by rows: Trainer.row_sharded), as a
+    step's outputs are, and materializes pending writes (initialisation, a restored
+    checkpoint), so the first step traces the same graph as every later one."""
+    sharded = trainer.row_sharded(runtime)
+    for tensor in trainer.persistent_tensors(skip=sharded):
         runtime.replicate(tensor)
+    for parameter in sharded:
+        runtime.shard_rows(parameter.data)
     runtime.sync()
