@@ -108,6 +108,7 @@ def default_config() -> ml_collections.ConfigDict:
     v.difficulty_buckets = ()    # rating bucket edges; () picks defaults from the data
     v.act_steps = 0              # ACT steps every test puzzle runs; 0: act.halt_max_steps (test-time recursion: more)
     v.report_act_steps = ()      # at the end (and in eval mode) also after these ACT steps, e.g. (1, 2, 4, 8, 16, 32)
+    v.puzzle_ids = 'trained'     # identifiers the model sees: 'trained' | 'blank' | 'random' (an ablation)
 
     # ---- device mesh --------------------------------------------------------
     c.mesh = mm = ml_collections.ConfigDict()

@@ -67,6 +67,12 @@ class Task:
         """A few words on what build_generated makes, for the run's log."""
         raise NotImplementedError
 
+    def scorer(self, dataset_dir, test_split):
+        """The task's own score of an evaluation, beside exact accuracy: an object with
+        add(example_indices, predictions, q_halt_logits) and result() -> (metrics, submission);
+        None when exact accuracy is the whole story."""
+        return None
+
     # ---- one puzzle at a time (solve) ---------------------------------------------------
     def parse(self, text):
         """A puzzle typed by a person -> input tokens [seq_len]; ValueError with the reason."""

@@ -64,6 +64,10 @@ class Dataset:
         return DifficultyBuckets('difficulty', self.task.difficulty_name,
                                  edges or self.task.difficulty_edges(self.seq_len))
 
+    def scorer(self):
+        """(task name, a fresh scorer of the test split) for one evaluation, or (name, None)."""
+        return self.task.name, self.task.scorer(self.path, self.test)
+
     def eval_batches(self):
         c = self.config
         return EvalBatches(self.test, c.eval.global_batch_size, self.process_index, self.process_count,

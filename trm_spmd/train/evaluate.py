@@ -6,15 +6,19 @@ stay on the device across batches and are read once at the end.
 """
 
 import io
+import json
 
 import numpy as np
 import torch
 
 from trm_spmd import fs
 from trm_spmd.batch import BATCH_KEYS, IGNORE_LABEL
+from trm_spmd.data.loader import row_uniforms
 from trm_spmd.model.act import initial_carry
 from trm_spmd.model.losses import loss_and_metrics, predictions
 from trm_spmd.train.step import make_eval_step
+
+_RANDOM_IDS = 7   # the stream tag of eval.puzzle_ids=random
 
 class DifficultyBuckets:
     """Rows -> bucket ids by one int32 column of the host batch: 'rating' when the data has
@@ -58,8 +62,9 @@ class Evaluator:
     with 8 steps evaluated after 1, 2, ..., 32).
     """
 
-    def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir):
+    def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir, scorer=None):
         self.model, self.ema, self.cfg, self.config = trainer.model, trainer.ema, trainer.cfg, config
+        self.scorer = scorer   # the task's own score: () -> (name, object with add/result), or None
         self.runtime = runtime
         self.batches = eval_batches
         self.buckets = buckets
@@ -97,9 +102,12 @@ class Evaluator:
             self.runtime.sync()   # the swap as its own (cached) graph, not folded into the next one
         try:
             totals, outputs_kept = {}, []
-            for host_batch in self.batches:
+            task_name, scorer = self.scorer() if self.scorer else (None, None)
+            for index, host_batch in enumerate(self.batches):
                 bucket = self.buckets.ids(host_batch)
-                batch = self.runtime.put_batch({k: host_batch[k] for k in BATCH_KEYS} | {'bucket': bucket})
+                model_batch = {k: host_batch[k] for k in BATCH_KEYS}
+                model_batch['puzzle_identifiers'] = self._identifiers(index, host_batch['puzzle_identifiers'])
+                batch = self.runtime.put_batch(model_batch | {'bucket': bucket})
                 carry = self._initial_carry()
                 all_halted = carry['halted']   # the fresh carry has every row halted
                 for depth in range(1, depths[-1] + 1):
@@ -111,6 +119,8 @@ class Evaluator:
                             k: totals[depth][k] + v for k, v in sums.items()}
                     if depth == self.act_steps and self.config.eval.save_outputs:
                         outputs_kept.append(self._host_outputs(outputs, host_batch))
+                    if depth == self.act_steps and scorer is not None:
+                        self._score(scorer, index, outputs)
                 if interrupt is not None and interrupt():
                     return None
             self.runtime.all_reduce_sum_([v for sums in totals.values() for v in sums.values()])
@@ -122,12 +132,38 @@ class Evaluator:
         if outputs_kept and self.runtime.is_main_host:
             self._save_outputs(step, outputs_kept)
         result = self._summarize(host[self.act_steps])
+        if scorer is not None and self.runtime.is_main_host:
+            scores, submission = scorer.result()
+            result.update({f'eval/{task_name}/{k}': v for k, v in scores.items()})
+            fs.write_bytes(fs.join(self.workdir, 'eval', f'submission_{step}.json'), json.dumps(submission).encode())
         for depth in depths:
             if depth != self.act_steps:
                 summary = self._summarize(host[depth])
                 for key in ('exact_accuracy', 'accuracy'):
                     result[f'eval_at_act_steps/{depth}/{key}'] = summary[f'eval/{key}']
         return result
+
+    def _identifiers(self, index, identifiers):
+        """The puzzle identifiers the model sees (eval.puzzle_ids): the trained ones, the blank
+        one, or random ones (is the skill in the weights or in the per-puzzle embeddings?).
+        Scoring always uses the true ones."""
+        mode = self.config.eval.puzzle_ids
+        if mode == 'blank':
+            return np.zeros_like(identifiers)
+        if mode == 'random':
+            start, stop = self.runtime.host_slice(self.global_batch)
+            u = row_uniforms([self.config.seed, _RANDOM_IDS, index], start, stop, 4)[:, 0]
+            return (1 + u * (self.cfg.num_puzzle_identifiers - 1)).astype(np.int32)
+        return identifiers
+
+    def _score(self, scorer, index, outputs):
+        """Hands the global batch's answers to the task's scorer (on the main host)."""
+        answers = self.runtime.to_host(predictions(outputs['logits']).to(torch.uint8)).numpy()
+        q_halt = self.runtime.to_host(outputs['q_halt_logits'].float()).numpy()
+        rows = index * self.global_batch + np.arange(answers.shape[0])
+        valid = rows < self.batches.num_examples
+        if self.runtime.is_main_host:
+            scorer.add(rows[valid], answers[valid], q_halt[valid])
 
     def _host_outputs(self, outputs, host_batch):
         keep = np.asarray(host_batch['valid'], dtype=bool)
