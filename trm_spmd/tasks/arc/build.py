@@ -211,13 +211,38 @@ def augment(puzzle, num_aug, rng):
     return copies
 
 
+class _Rows:
+    """An .npy file of uint8 token rows [count, 900] written block by block, so that a split of
+    several GB (ARC-AGI-1 with 1000 copies a task) never sits in memory."""
+
+    def __init__(self, path, count):
+        self.file = open(path, 'wb')
+        np.lib.format.write_array_header_1_0(      # the header np.save writes for such an array
+            self.file, {'descr': np.lib.format.dtype_to_descr(np.dtype(np.uint8)), 'fortran_order': False,
+                        'shape': (count, grid.SEQ_LEN)})
+        self.block = np.empty((4096, grid.SEQ_LEN), np.uint8)
+        self.filled = 0
+
+    def append(self, row):
+        self.block[self.filled] = row
+        self.filled += 1
+        if self.filled == len(self.block):
+            self.flush()
+
+    def flush(self):
+        self.file.write(self.block[:self.filled].tobytes())
+        self.filled = 0
+
+    def close(self):
+        self.flush()
+        self.file.close()
+
+
 def _write_split(directory, groups, translate, identifiers, rng, progress):
     """Writes one split of [(copies, pairs)] groups into `directory`; returns (examples, puzzles)."""
     os.mkdir(directory)
     count = sum(len(copies) * len(pairs) for copies, pairs in groups)
-    shape = (count, grid.SEQ_LEN)
-    inputs = np.lib.format.open_memmap(os.path.join(directory, 'all__inputs.npy'), 'w+', np.uint8, shape)
-    labels = np.lib.format.open_memmap(os.path.join(directory, 'all__labels.npy'), 'w+', np.uint8, shape)
+    inputs, labels = (_Rows(os.path.join(directory, f'all__{name}.npy'), count) for name in ('inputs', 'labels'))
     puzzle_ids, puzzle_indices, group_indices = [], [0], [0]
     bar = Progress(f'writing {os.path.basename(directory)}', count, progress, unit='examples')
     row = 0
@@ -230,16 +255,17 @@ def _write_split(directory, groups, translate, identifiers, rng, progress):
                 if translate and i != unshifted:
                     top = rng.randint(0, grid.GRID - max(inp.shape[0], out.shape[0]) + 1)
                     left = rng.randint(0, grid.GRID - max(inp.shape[1], out.shape[1]) + 1)
-                inputs[row], labels[row] = grid.to_tokens(inp, out, top, left)
+                tokens_in, tokens_out = grid.to_tokens(inp, out, top, left)
+                inputs.append(tokens_in)
+                labels.append(tokens_out)
                 row += 1
             puzzle_indices.append(row)
             puzzle_ids.append(identifiers[name])
         group_indices.append(len(puzzle_ids))
         bar.update(row)
     bar.close()
-    inputs.flush()
-    labels.flush()
-    del inputs, labels
+    inputs.close()
+    labels.close()
     for name, values in (('puzzle_identifiers', puzzle_ids), ('puzzle_indices', puzzle_indices),
                          ('group_indices', group_indices)):
         np.save(os.path.join(directory, f'all__{name}.npy'), np.array(values, np.int32))
