@@ -193,9 +193,9 @@ def test_training_examples_are_shifted_but_one_per_puzzle_and_test_examples_are_
 
 
 def test_the_bytes_are_those_of_the_official_builder(small):
-    """sha256 of each file the official dataset/build_arc_dataset.py (commit of the mirrored
-    repository, numpy 2.4) wrote for this input: --subsets training evaluation
-    --test-set-name evaluation --num-aug 3, seed 42."""
+    """sha256 of each file the official dataset/build_arc_dataset.py (TinyRecursiveModels commit
+    e7b6871, numpy 2.4.6) wrote for this input: --subsets training evaluation --test-set-name
+    evaluation --num-aug 3, seed 42."""
     _, out, _ = small
     official = {
         'identifiers.json': '8438948c3cad1f083234aaef3f5feadb312f4e760d75c69abc7becc4b2aa288e',
