@@ -350,6 +350,9 @@ def test_conflicting_flags_are_one_line(tmp_path, flags, message):
 def test_the_task_parses_checks_draws_and_declines_to_judge():
     tokens = ARC.parse('012/345')
     assert np.array_equal(tokens, ARC.parse('[[0, 1, 2], [3, 4, 5]]'))
+    assert np.array_equal(tokens, ARC.parse(' 0 1 2 / 3 4 5 '))
+    with pytest.raises(ValueError, match='is not a grid: give JSON rows'):
+        ARC.parse('01x/234')
     assert ARC.check_input(tokens) == (None, None)
     with pytest.raises(ValueError, match='row 1 has 2 cells, row 0 has 3'):
         ARC.parse('012/34')
