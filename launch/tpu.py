@@ -729,7 +729,7 @@ def build_parser():
                      help='arguments of python -m trm_spmd.data.build_TASK (deterministic: every host builds '
                           'the same bytes), e.g. "--generate=5000 --blanks=30:45"')
     src.add_argument('--copy_from', help='gs:// directory holding a built dataset')
-    p.add_argument('--task', choices=('sudoku', 'maze'), default='sudoku',
+    p.add_argument('--task', choices=('sudoku', 'maze', 'arc'), default='sudoku',
                    help='with --build_args: whose builder runs, trm_spmd.data.build_TASK (default: %(default)s)')
     p.add_argument('--rebuild', action='store_true',
                    help='with --build_args: delete the dataset directory first (default: keep one that exists)')

@@ -1,8 +1,9 @@
-"""Solve puzzles of the run's task (Sudoku, mazes) with a trained TRM, on the CPU.
+"""Solve puzzles of the run's task (Sudoku, mazes, ARC) with a trained TRM, on the CPU.
 
   python -m trm_spmd.solve --checkpoint=runs/quickstart --puzzle=4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......
   python -m trm_spmd.solve --checkpoint=runs/quickstart --file=puzzles.txt
   python -m trm_spmd.solve --checkpoint=runs/maze_cpu --puzzle='#S  ...'   (a maze: N*N characters)
+  python -m trm_spmd.solve --checkpoint=runs/arc1 --task_json=00576224.json   (ARC: two attempts a test input)
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
 them) or one checkpoint step directory. The model runs all halt_max_steps ACT steps, as the
@@ -34,6 +35,8 @@ from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.losses import predictions
 from trm_spmd.model.trm import TRM
 from trm_spmd.runtime.native import fast_dtype
+from trm_spmd.tasks.arc import attempts, grid as arc_grid
+from trm_spmd.train.data import dataset_dir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('checkpoint', None, 'run directory or checkpoint step directory')
@@ -42,6 +45,9 @@ flags.DEFINE_string('puzzle', None, 'one puzzle, row by row: Sudoku 81 character
 flags.DEFINE_string('file', None, 'a file of puzzles, one per line')
 flags.DEFINE_bool('stop_when_confident', False, 'stop each puzzle at its first q_halt > 0')
 flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_steps the model was trained with)')
+flags.DEFINE_string('task_json', None, 'ARC: a task JSON file ({"train": [...], "test": [...]}) or an ARC Prize '
+                    'challenges file (with --task_id)')
+flags.DEFINE_string('task_id', None, 'ARC: the task to solve in a challenges file (default: the file name)')
 
 
 def _run_dir_and_checkpoints(path):
@@ -95,12 +101,13 @@ def task_of(config):
 
 
 @torch.no_grad()
-def solve(model, inputs, stop_when_confident=False, act_steps=0):
-    """inputs int [N, L] tokens -> per puzzle (predicted tokens [L], ACT steps used, halt probability)."""
+def solve(model, inputs, stop_when_confident=False, act_steps=0, identifiers=None):
+    """inputs int [N, L] tokens (of puzzles `identifiers` [N], default the blank one) -> per
+    puzzle (predicted tokens [L], ACT steps used, halt probability)."""
     max_steps = act_steps or model.config.halt_max_steps
     tokens = torch.from_numpy(np.asarray(inputs, np.int32))
-    batch = {'inputs': tokens, 'labels': torch.zeros_like(tokens),
-             'puzzle_identifiers': torch.zeros(len(tokens), dtype=torch.int32)}
+    ids = np.zeros(len(tokens), np.int32) if identifiers is None else np.asarray(identifiers, np.int32)
+    batch = {'inputs': tokens, 'labels': torch.zeros_like(tokens), 'puzzle_identifiers': torch.from_numpy(ids)}
     carry = initial_carry(model, len(tokens), 'cpu')
     answer = torch.zeros_like(tokens)
     used = torch.zeros(len(tokens), dtype=torch.int32)
@@ -171,6 +178,29 @@ def read_puzzles(task):
     return good, bad
 
 
+def solve_arc(config, state, max_steps):
+    """Two attempts at each test input of --task_json, by every augmented copy's vote."""
+    if not FLAGS.task_json:
+        raise UserError('an ARC run solves a task: pass --task_json=PATH (a task file, or an ARC Prize '
+                        'challenges file with --task_id=ID)')
+    task_id, task = attempts.read_task(FLAGS.task_json, FLAGS.task_id or '')
+    identifiers = fs.join(dataset_dir(config), 'identifiers.json')
+    if not fs.exists(identifiers):
+        raise UserError(f'{identifiers} not found: solving needs the identifiers of the dataset the run trained on')
+    names = json.loads(fs.read_text(identifiers))
+    copies = len(attempts.copies_of(task_id, names))
+    if not copies:
+        print(f'warning: task {task_id} is not in the data the run trained on: it has no puzzle embedding and is '
+              f'answered with the blank one, which TRM does not generalise from', file=sys.stderr)
+    model = build_model(config, state, arc_grid.GRID * arc_grid.GRID)
+
+    def answer(inputs, ids):
+        results = solve(model, inputs, FLAGS.stop_when_confident, max_steps, ids)
+        return np.stack([r[0] for r in results]), np.array([r[2] for r in results])
+
+    print(attempts.report(task, attempts.attempt(answer, task_id, task, names), max(copies, 1)))
+
+
 def main(argv):
     del argv
     if not FLAGS.checkpoint:
@@ -179,6 +209,8 @@ def main(argv):
         raise UserError(f'--act_steps={FLAGS.act_steps} must be >= 1 (or 0: as trained)')
     config, state = load_run(FLAGS.checkpoint)
     task = task_of(config)
+    if task.name == 'arc':
+        return solve_arc(config, state, FLAGS.act_steps or config.act.halt_max_steps)
     puzzles, bad = read_puzzles(task)
     if not puzzles:
         raise UserError(bad[0] if len(bad) == 1 else f'no puzzle can be solved: {"; ".join(bad[:3])}')

@@ -242,8 +242,14 @@ class TrainLog:
 
     def print_eval(self, step, metrics):
         if self.runtime.is_main_host:
+            scores = ''.join(f', {key[len("eval/"):]} {metrics[key]:.4f}' for key in task_scores(metrics))
             print(f'eval at step {step}: exact accuracy {metrics["eval/exact_accuracy"]:.4f}, '
-                  f'token accuracy {metrics["eval/accuracy"]:.4f}', flush=True)
+                  f'token accuracy {metrics["eval/accuracy"]:.4f}{scores}', flush=True)
+
+
+def task_scores(metrics):
+    """The keys of a task's own scores (eval/<task>/<score>, e.g. eval/arc/pass@2), sorted."""
+    return sorted(k for k in metrics if k.startswith('eval/') and k.count('/') == 2 and not k.endswith('/tasks'))
 
 
 _PROGRESS = (('train/loss', 'loss'), ('train/accuracy', 'acc'), ('train/exact_accuracy', 'exact'),

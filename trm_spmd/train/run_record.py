@@ -11,6 +11,7 @@ from trm_spmd.errors import UserError
 from trm_spmd.model.flops import train_flops_per_example_step
 from trm_spmd.model.trm import trainable_param_count
 from trm_spmd.progress import format_duration
+from trm_spmd.train.metrics import task_scores
 
 RUN_FILE = 'run.json'
 CONFIG_FILE = 'config.json'
@@ -62,7 +63,7 @@ class RunRecord:
         if not self.writes:
             return
         lines = [f'run {status} in {format_duration(time.time() - self.info["started"])}']
-        for key in ('eval/exact_accuracy', 'eval/accuracy', 'eval/steps'):
+        for key in ('eval/exact_accuracy', 'eval/accuracy', 'eval/steps', *task_scores(metrics)):
             if key in metrics:
                 lines.append(f'  {key} = {metrics[key]:.4f}')
         lines += [f'  {key} = {metrics[key]:.4f}' for key in sorted(metrics) if key.startswith('eval_by_difficulty/')]

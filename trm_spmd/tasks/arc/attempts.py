@@ -1,0 +1,97 @@
+"""Two attempts at one ARC task with a trained run, as the evaluation makes them.
+
+A run learns one puzzle embedding per augmented copy of every task it trained on (the
+evaluation tasks' demonstration pairs included), named in its dataset's identifiers.json.
+Every copy of the task answers each test input, transformed as that copy is; the answers
+are mapped back and vote (score.py). A task the run never saw has only the blank
+embedding: it is answered once, with a warning that TRM does not generalise to it.
+"""
+
+import json
+
+import numpy as np
+
+from trm_spmd.data.errors import PuzzleError
+from trm_spmd.errors import UserError
+from trm_spmd.tasks.arc.grid import check_grid, forward, to_tokens
+from trm_spmd.tasks.arc.score import ArcScorer
+
+
+def read_task(path, task_id=''):
+    """(task id, {'train': [...], 'test': [...]}) from a task JSON file, or from an ARC Prize
+    challenges file holding many (then task_id picks one). Grids are checked."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f'{path}: file not found') from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f'{path}: not JSON ({e})') from None
+    if isinstance(data, dict) and 'test' in data:
+        name, task = task_id or path.rsplit('/', 1)[-1].removesuffix('.json'), data
+    elif isinstance(data, dict) and task_id in data:
+        name, task = task_id, data[task_id]
+    elif isinstance(data, dict):
+        raise UserError(f'{path} holds {len(data)} tasks: pick one with --task_id (e.g. {next(iter(data), "")})')
+    else:
+        raise UserError(f'{path}: an ARC task is a JSON object with "train" and "test" pairs')
+    if not task.get('test'):
+        raise UserError(f'{path}: task {name} has no test pair')
+    try:
+        for kind in ('train', 'test'):
+            for i, pair in enumerate(task.get(kind, [])):
+                for side in ('input', 'output') if kind == 'train' or 'output' in pair else ('input',):
+                    check_grid(pair.get(side), f'task {name} {kind} pair {i} {side}')
+    except PuzzleError as e:
+        raise UserError(str(e)) from None
+    return name, task
+
+
+def copies_of(task_id, names):
+    """Identifiers of every augmented copy of task_id in the run's identifiers.json."""
+    return [i for i, name in enumerate(names) if name.split('|||')[0] == task_id]
+
+
+def attempt(solve, task_id, task, names):
+    """[(test input grid, [(answer grid, votes), ...] best first)] for every test input.
+    solve(inputs [n, 900], identifiers [n]) -> (predictions [n, 900], halting probabilities [n])."""
+    identifiers = copies_of(task_id, names) or [0]
+    rows, ids = [], []
+    for identifier in identifiers:
+        transform = forward(names[identifier]) if identifier else (lambda grid: grid)
+        for pair in task['test']:
+            grid = transform(np.asarray(pair['input'], np.uint8))
+            rows.append(to_tokens(grid, grid, 0, 0)[0])
+            ids.append(identifier)
+    predictions, confidences = solve(np.stack(rows), np.asarray(ids, np.int32))
+    scorer = ArcScorer(list(names) if identifiers != [0] else [task_id], {})
+    scorer.add_rows(np.asarray(ids), np.stack(rows), predictions, confidences)
+    return [(np.asarray(pair['input'], np.uint8), scorer.ranked(task_id, pair['input'])) for pair in task['test']]
+
+
+def _columns(grids, titles, gap=4):
+    """Grids as digit rows next to each other under their titles."""
+    blocks = [[''.join(str(int(c)) for c in row) for row in grid] if grid.size else ['(empty)'] for grid in grids]
+    widths = [max([len(t)] + [len(line) for line in block]) for t, block in zip(titles, blocks)]
+    height = max(len(block) for block in blocks)
+    rows = [titles] + [[block[r] if r < len(block) else '' for block in blocks] for r in range(height)]
+    return '\n'.join((' ' * gap).join(f'{cell:<{w}}' for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def report(task, results, copies):
+    """The attempts of every test input as text, with the solution's verdict when the JSON has it."""
+    out = []
+    for i, (question, ranked) in enumerate(results):
+        ranked = ranked[:2] or [(np.zeros((1, 1), np.uint8), 0)]
+        ranked += ranked[:1] * (2 - len(ranked))
+        out.append(f'test input {i + 1} ({question.shape[0]}x{question.shape[1]}): {copies} augmented '
+                   f'cop{"y" if copies == 1 else "ies"} of the task voted')
+        out.append(_columns([question] + [grid for grid, _ in ranked],
+                            ['input'] + [f'attempt {k + 1} ({votes} votes)' for k, (_, votes) in enumerate(ranked)]))
+        solution = task['test'][i].get('output')
+        if solution is not None:
+            right = [np.array_equal(grid, np.asarray(solution, np.uint8)) for grid, _ in ranked]
+            out.append('solution: ' + ('attempt 1 is right' if right[0] else 'attempt 2 is right' if right[1]
+                                       else 'neither attempt is right'))
+        out.append('')
+    return '\n'.join(out)
