@@ -116,3 +116,23 @@ def test_solve_gives_two_voted_attempts_per_test_input(arc_run, tmp_path):
     (tmp_path / 'ragged.json').write_text(json.dumps(puzzles[task_id]))
     ragged = _solve(workdir, f'--task_json={tmp_path / "ragged.json"}')
     assert ragged.returncode == 2 and len(ragged.stderr.strip().splitlines()) == 1, ragged.stderr
+
+
+def test_an_official_arc_checkpoint_brings_its_embedding_rows(tmp_path):
+    import torch
+    from trm_spmd.model import TRM, to_official
+    from trm_spmd.runtime import create_runtime
+    from trm_spmd.train.checkpoint_io import initialize_from
+    from trm_spmd.train.setup import build_trainer, settle
+    config = arc_local()
+    runtime = create_runtime(config)
+    trainer = build_trainer(config, runtime, num_puzzle_identifiers=40)
+    source = TRM(trainer.cfg)
+    with torch.no_grad():
+        source.puzzle_emb.normal_()
+    path = tmp_path / 'official.pt'
+    torch.save(to_official(source.state_dict(), compiled=True), path)
+    initialize_from(f'official:{path}', trainer, checkpointer=None)
+    settle(trainer, runtime)
+    assert 'devices=[8,1]' in runtime.sharding_spec(trainer.model.puzzle_emb)
+    np.testing.assert_array_equal(trainer.model.puzzle_emb.detach().cpu().numpy(), source.puzzle_emb.detach().numpy())
