@@ -20,6 +20,7 @@ from trm_spmd.train.step import make_eval_step
 
 _RANDOM_IDS = 7   # the stream tag of eval.puzzle_ids=random
 
+
 class DifficultyBuckets:
     """Rows -> bucket ids by one int32 column of the host batch: 'rating' when the data has
     ratings the task knows how to bucket, else the task's 'difficulty' measure (named `label`,
@@ -148,7 +149,7 @@ class Evaluator:
         one, or random ones (is the skill in the weights or in the per-puzzle embeddings?).
         Scoring always uses the true ones."""
         mode = self.config.eval.puzzle_ids
-        if mode == 'blank':
+        if mode == 'blank' or mode == 'random' and self.cfg.num_puzzle_identifiers <= 1:
             return np.zeros_like(identifiers)
         if mode == 'random':
             start, stop = self.runtime.host_slice(self.global_batch)
