@@ -13,6 +13,7 @@ would on the pod (trm_spmd/runtime/tpu_aot.py), and reports per chip:
 - HBM: arguments, outputs, temporaries and the total, against the chip's HBM (v4: 32 GiB);
 - the compiler's FLOP count against the analytic count of trm_spmd.model.flops;
 - the collectives of the partitioned program (op, count, bytes) and the matmul types;
+- where the cost model's time goes, by category (each matmul under the weight it uses);
 - the compiler's cost-model time, and from it a step time and MFU, labelled as a compiler
   estimate: no step was measured. Host input, host syncs and checkpoints are not in it.
 
@@ -22,6 +23,7 @@ benchmarks/results/tpu_compile_<slice>_<date>[_tag].{json,md}.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,11 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     params = [p for p in trainer.model.parameters()]
     sharded = trainer.row_sharded(runtime)   # split by rows over the chips: a chip holds 1/chips of each
     table = trainer.model.puzzle_emb
+    # Each matmul weight's shape, labelled by its place in a block ('mlp_t.gate_up_proj'), to
+    # tell the compiled module's matmuls apart.
+    from trm_spmd.model.layers import CastedLinear
+    weights = {re.sub(r'^L_level\.layers\.\d+\.', '', name): list(module.weight.shape)
+               for name, module in trainer.model.named_modules() if isinstance(module, CastedLinear)}
     shared = {
         'trainable_parameters': trainable_param_count(trainer.model),
         'parameter_bytes': nbytes(params),
@@ -98,6 +105,7 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
         'puzzle_emb_row_sharded': bool(sharded),
         'H_cycles': H, 'L_cycles': L, 'halt_max_steps': trainer.cfg.halt_max_steps,
         'forward_dtype': trainer.cfg.forward_dtype, 'grad_accum_steps': config.optim.grad_accum_steps,
+        'weights': weights,
     }
     flops_train = train_flops_per_example_step(trainer.cfg, H, L)
     flops_eval = eval_flops_per_example_step(trainer.cfg)   # eval runs the config's cycles
@@ -200,6 +208,29 @@ def compile_config(tpu_slice, topo, global_batch, graphs, save_hlo=''):
     return results
 
 
+def time_by_category(cycles, weights):
+    """{category: share of the cost model's cycles} of the entry computation's instructions
+    (tpu_aot.instruction_cycles): a matmul by the weight it uses (whose shape is its result's,
+    for a weight gradient, or an operand's), other fusions (elementwise work, reductions), and
+    other ops by opcode."""
+    from trm_spmd.runtime.tpu_aot import COLLECTIVES
+    by_shape = {tuple(shape): label for label, shape in weights.items()}
+    totals = {}
+    for op, count, shapes in cycles:
+        if shapes is not None:
+            label = next((by_shape[s] for s in shapes if s in by_shape), 'other')
+            category = f'matmul {label}' + (' (weight gradient)' if shapes[0] in by_shape else '')
+        elif op.startswith('fusion'):
+            category = 'elementwise and reductions (fusions)'
+        elif op.removesuffix('-start').removesuffix('-done') in COLLECTIVES:
+            category = 'collectives'
+        else:
+            category = op
+        totals[category] = totals.get(category, 0) + count
+    whole = sum(totals.values()) or 1
+    return {k: v / whole for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
 def graph_figures(meta, compiled, tpu_slice):
     """The compiler's figures of one graph next to the analytic ones, per chip."""
     memory = dict(compiled['memory'])
@@ -212,6 +243,8 @@ def graph_figures(meta, compiled, tpu_slice):
     memory['fits'] = memory['total_with_donation_bytes'] <= memory['hbm_bytes']
     batch = meta['global_batch']
     analytic = meta['analytic_flops_per_example'] * batch / tpu_slice.chips
+    by_category = time_by_category(compiled.get('cycles', []), meta.get('weights', {}))
+    compiled = {**{k: v for k, v in compiled.items() if k != 'cycles'}, 'time_by_category': by_category}
     out = {**meta, **compiled, 'memory': memory, 'per_chip_batch': batch / tpu_slice.chips,
            'analytic_flops_per_chip': analytic,
            'compiler_to_analytic_flops': compiled['flops'] / analytic if analytic else None}
@@ -302,6 +335,9 @@ def report_lines(name, r, tpu_slice, target_ms):
                          f'MFU {r["estimated_mfu"]:.0%} (compiler estimate); floor {floor_ms:.1f} ms, '
                          f'target {target_ms:g} ms: ' + ('within' if r['estimated_step_ms'] <= target_ms else
                                                         f'{r["estimated_step_ms"] / target_ms:.1f}x over'))
+    shares = [f'{k} {v:.1%}' for k, v in r.get('time_by_category', {}).items() if v >= 0.005]
+    if shares:
+        lines.append('  time by op       ' + ', '.join(shares) + ' (cost-model cycles, entry computation)')
     lines.append(f'  compiled in      {r["compile_s"]:.1f} s ({r["instructions"]:,} HLO lines after optimisation)')
     return lines
 

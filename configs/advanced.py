@@ -20,12 +20,11 @@ tuned optimum or just a working point. Everything not named below is the baselin
   warmup steps, EMA 0.999 ** 8), so it is b6144 of that family computed differently:
   the gradients of the 8 micro-batches are summed before the one update, and each
   micro-batch is the paper's 768 rows, each step taking ~8x a baseline step for 1/8 of the
-  steps. Under XLA the micro-batches are unrolled into one graph that the compiler
-  schedules freely, and their activations are not freed one micro-batch at a time:
-  compiled for a v4-64 (benchmarks/tpu_compile.py) the step needs 6.5 GiB of temporaries
-  per chip, about what 6144 rows in one pass take (7.2 GiB), not a 768-row step's 0.7 GiB;
-  on a v4-8 libtpu refuses it (57 GB of temporaries for a chip's 30.75 GB). Run it on a
-  slice that holds b6144 in one pass (a v4-64 does, with 24 GiB to spare).
+  steps. Each micro-batch waits behind an optimization barrier for the previous one's
+  gradients, so only one micro-batch's activations are alive at a time: compiled for a
+  v4-8 (benchmarks/tpu_compile.py) the step needs 8.4 GiB of temporaries per chip, about
+  one 768-row step's there (7.2 GiB), and fits in 10.0 GiB of a chip's 32; on a v4-64,
+  1.1 GiB (a 768-row step: 0.7). Global batch 6144 thus runs on a v4-8.
 
 `:runlocal` is the usual CPU-sized run; larger_batch keeps accumulation there, each
 micro-batch being runlocal's baseline batch (16 rows) as 768 is the paper's, but in 2

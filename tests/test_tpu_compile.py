@@ -67,6 +67,48 @@ def test_matmul_types_from_operands_inline_or_by_name():
     assert tpu_aot.matmul_inventory(HLO) == {'bf16 x bf16 -> bf16': 1, 'f32 x f32 -> f32': 1}
 
 
+CYCLES = """HloModule m
+
+%fused_mm (param_0: bf16[6,1,97,4], param_1: bf16[8,97]) -> bf16[6,4,8] {
+  %param_0 = bf16[6,1,97,4]{3,2,1,0} parameter(0)
+  %param_1 = bf16[8,97]{1,0} parameter(1)
+  ROOT %convolution.1 = bf16[6,4,8]{2,1,0} convolution(%param_0, %param_1), dim_labels=0bf_oi0->0bf
+}
+
+%fused_wg (param_0: bf16[6,4,8], param_1: bf16[6,4,97]) -> f32[8,97] {
+  %param_0 = bf16[6,4,8]{2,1,0} parameter(0)
+  %param_1 = bf16[6,4,97]{2,1,0} parameter(1)
+  ROOT %convolution.2 = f32[8,97,1]{2,1,0} convolution(%param_0, %param_1), dim_labels=0fb_0io->bf0
+}
+
+%fused_add (param_0: f32[6,4]) -> f32[6,4] {
+  %param_0 = f32[6,4]{1,0} parameter(0)
+  ROOT %add.1 = f32[6,4]{1,0} add(%param_0, %param_0)
+}
+
+ENTRY %main (p0: bf16[6,1,97,4], p1: bf16[8,97], p2: f32[6,4]) -> f32[6,4] {
+  %p0 = bf16[6,1,97,4]{3,2,1,0} parameter(0)
+  %p1 = bf16[8,97]{1,0} parameter(1)
+  %p2 = f32[6,4]{1,0} parameter(2)
+  %f1 = bf16[6,4,8]{2,1,0} fusion(%p0, %p1), kind=kOutput, calls=%fused_mm, backend_config={"estimated_cycles":"600"}
+  %f2 = f32[8,97]{1,0} fusion(%f1, %p0), kind=kOutput, calls=%fused_wg, backend_config={"estimated_cycles":"200"}
+  %f3 = f32[6,4]{1,0} fusion(%p2), kind=kLoop, calls=%fused_add, backend_config={"estimated_cycles":"150"}
+  %ar = f32[8,97]{1,0} all-reduce(%f2), to_apply=%fused_add, backend_config={"estimated_cycles":"40"}
+  ROOT %copy.1 = f32[6,4]{1,0} copy(%f3), backend_config={"estimated_cycles":"10"}
+}
+"""
+
+
+def test_cost_model_cycles_by_weight_and_kind():
+    cycles = tpu_aot.instruction_cycles(CYCLES)
+    assert cycles == [('fusion:kOutput', 600, [(6, 4, 8), (6, 97, 4), (8, 97)]),
+                      ('fusion:kOutput', 200, [(8, 97), (6, 4, 8), (6, 4, 97)]),
+                      ('fusion:kLoop', 150, None), ('all-reduce', 40, None), ('copy', 10, None)]
+    shares = tpu_compile.time_by_category(cycles, {'mlp_t.gate_up_proj': [8, 97], 'mlp.down_proj': [4, 6]})
+    assert shares == {'matmul mlp_t.gate_up_proj': 0.6, 'matmul mlp_t.gate_up_proj (weight gradient)': 0.2,
+                      'elementwise and reductions (fusions)': 0.15, 'collectives': 0.04, 'copy': 0.01}
+
+
 def test_cost_model_time_takes_back_the_custom_calls_it_cannot_estimate():
     assert tpu_aot.unestimated_custom_calls(HLO) == 2       # the fused one is not counted
     assert tpu_aot.cost_model_seconds(-2 + 0.05, HLO) == pytest.approx(0.05)
@@ -184,6 +226,10 @@ def test_train_step_compiled_for_v4_8_all_reduces_gradients_once_and_fits(tmp_pa
     assert set(r['matmuls']) == {'bf16 x bf16 -> bf16', 'bf16 x bf16 -> f32'}, r['matmuls']
     assert r['memory']['fits'] and r['memory']['total_with_donation_bytes'] < 2 ** 30
     assert 0.9 < r['compiler_to_analytic_flops'] < 1.5
+    # The cost model's cycles, by the weight each matmul uses: every block matmul is found.
+    shares = r['time_by_category']
+    assert sum(shares.values()) == pytest.approx(1)
+    assert {f'matmul {m}.{p}' for m in ('mlp', 'mlp_t') for p in ('gate_up_proj', 'down_proj')} <= set(shares)
     assert record['device']['devices'] == 4 and record['settings']['topology'] == 'v4:2x2x1'
     assert 'no step was run or timed' in record['notes']
 

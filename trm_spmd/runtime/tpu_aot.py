@@ -223,6 +223,7 @@ def compile_module(module_proto, topo):
         'optimal_seconds_raw': cost.get('optimal_seconds'),
         'collectives': collective_inventory(text),
         'matmuls': matmul_inventory(text),
+        'cycles': instruction_cycles(text),
         'instructions': text.count('\n'),
         'optimized_hlo': text,
     }
@@ -311,3 +312,57 @@ def matmul_inventory(text):
         key = f'{" x ".join(operands[:2]) or "?"} -> {out.group("dtype") if out else "?"}'
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def _computations(text):
+    """{name: [instruction lines]} of the module's computations, and the entry's name."""
+    computations, current, entry = {}, None, None
+    for line in text.splitlines():
+        header = re.match(r'^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$', line)
+        if header and not line.startswith(' '):
+            current = header.group(2)
+            computations[current] = []
+            if header.group(1):
+                entry = current
+        elif current is not None:
+            computations[current].append(line)
+    return computations, entry
+
+
+def _matmul_shapes(lines):
+    """The result and operand shapes (size-1 dimensions dropped) of the first dot or
+    convolution among `lines`, or None."""
+    shapes = {}
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        array = _ARRAY.search(m.group('shape'))
+        if array:
+            shapes[m.group('name')] = tuple(int(d) for d in array.group('dims').split(',') if d and d != '1')
+        if m.group('op') in ('dot', 'convolution'):
+            operands = _OPERAND.findall(m.group('args').split(')')[0])
+            return [shapes.get(m.group('name'), ())] + [shapes.get(o, ()) for o in operands]
+    return None
+
+
+def instruction_cycles(text):
+    """The cost model's estimated cycles of each instruction of the entry computation, as
+    [(op, cycles, matmul shapes)]: op is the opcode, or 'fusion:KIND' (kLoop, kOutput, ...)
+    for a fusion; matmul shapes, for a fusion holding a matmul, are its result's and
+    operands' dimensions (size-1 dimensions dropped), else None."""
+    computations, entry = _computations(text)
+    out = []
+    for line in computations.get(entry, []):
+        cycles = re.search(r'"estimated_cycles":"(\d+)"', line)
+        m = _INSTRUCTION.match(line)
+        if not (cycles and m):
+            continue
+        op, shapes = m.group('op'), None
+        if op == 'fusion':
+            kind = re.search(r'kind=(\w+)', line)
+            op = f'fusion:{kind.group(1) if kind else "?"}'
+            called = re.search(r'calls=%?([\w.\-]+)', line)
+            shapes = _matmul_shapes(computations.get(called.group(1), [])) if called else None
+        out.append((op, int(cycles.group(1)), shapes))
+    return out

@@ -130,6 +130,15 @@ class XlaRuntime(Runtime):
     def compile(self, fn, name, max_graphs=None):
         return self._torch_xla.compile(fn, full_graph=True, name=name, max_different_graphs=max_graphs)
 
+    def serialize(self, tensors):
+        """An optimization barrier: XLA schedules a graph's operations freely, and may start
+        work that reads the returned tensors early; through the barrier it can start none of
+        it before all of `tensors` exist. The clones keep the callers' tensors (views of a
+        step's inputs, say) out of the in-place rewrite."""
+        out = [t.clone() for t in tensors]
+        self._xm.optimization_barrier_(out)
+        return out
+
     def hlo_module_proto(self, tensors):
         """The pending computation of `tensors` as a serialized HloModuleProto, with the SPMD
         sharding annotations of its parameters and marked values; nothing is compiled or run.

@@ -43,6 +43,24 @@ def _join_micro(parts):
     return {k: torch.stack([p[k] for p in parts], dim=1).flatten(0, 1) for k in parts[0]}
 
 
+def _after_previous_micro_batch(runtime, model, carry, part, sums):
+    """(carry, part, sums) of the next micro-batch, which can start only once the previous
+    one's gradients and metric sums exist.
+
+    Without it a compiler that sees the whole step as one graph (XLA) runs the micro-batches'
+    passes side by side and keeps all their activations alive at once, so accumulation saves
+    almost no memory; behind the barrier only one micro-batch's activations are alive at a
+    time. The sums are the same. Under SPMD the barrier needs each micro-batch's gradients
+    whole, so they are all-reduced once per micro-batch, not once per step.
+    """
+    params = [p for p in model.parameters() if p.grad is not None]
+    dicts = (carry, part, sums)
+    out = iter(runtime.serialize([p.grad for p in params] + [t for d in dicts for t in d.values()]))
+    for p in params:
+        p.grad = next(out)
+    return tuple({k: next(out) for k in d} for d in dicts)
+
+
 def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
     """train_step(state, batch) -> (state, metrics) for one curriculum stage (uncompiled).
 
@@ -96,6 +114,8 @@ def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
         carries, sums = [], None
         for carry, part in zip(_micro_batches(state.carry, accum),
                                _micro_batches(dict(batch, uniforms=uniforms), accum)):
+            if sums is not None:
+                carry, part, sums = _after_previous_micro_batch(runtime, model, carry, part, sums)
             u = part.pop('uniforms')
             carry, outputs = act_step(model, carry, part, training=True, exploration_prob=explore, uniforms=u,
                                       H_cycles=H_cycles, L_cycles=L_cycles)
