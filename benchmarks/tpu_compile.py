@@ -425,7 +425,7 @@ def main(argv):
         p = projection.project(train['analytic_flops_per_example'], batch, tpu_slice, train['estimated_mfu'],
                                projection.run_steps(config, batch), FLAGS.target_ms)
         results['projection'] = p
-        lines.append(f'projection at the compiler-estimated MFU (not a measurement):')
+        lines.append('projection at the compiler-estimated MFU (not a measurement):')
         lines += ['  ' + line for line in projection.report_lines(p, 'compiler estimate')]
     common.report('tpu_compile', {'slug': tpu_slice.name, 'description': f'{kind} ({topo.name}), compile-only: no TPU used',
                                   'kind': tpu_slice.kind, 'devices': topo.chips, 'hosts': tpu_slice.hosts,
