@@ -6,7 +6,6 @@ logged is read back from the run's .wandb file with wandb's own reader (`wandb l
 """
 
 import glob
-import importlib.util
 import json
 import math
 import os
@@ -85,10 +84,15 @@ def test_a_resumed_workdir_continues_the_same_wandb_run(wandb_runs, wandb_python
 
 
 def test_without_the_wandb_package_one_line_and_exit_2_before_training(tmp_path):
-    # The default environment never holds wandb (requirements.lock leaves it out): this is it.
-    assert importlib.util.find_spec('wandb') is None, 'wandb is installed in the default environment'
+    # The default environment, without the extra's directory even when pytest runs through the
+    # extra's python: it never holds wandb (requirements.lock leaves it out).
+    path = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep)
+            if not os.path.isfile(os.path.join(p, 'wandb', '__init__.py'))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), PJRT_DEVICE='CPU', CPU_NUM_DEVICES='8')
+    absent = subprocess.run([sys.executable, '-c', 'import importlib.util, sys; '
+                             'sys.exit(importlib.util.find_spec("wandb") is not None)'], env=env, timeout=60)
+    assert absent.returncode == 0, 'wandb is installed in the default environment'
     workdir = tmp_path / 'run'
-    env = dict(os.environ, PJRT_DEVICE='CPU', CPU_NUM_DEVICES='8')
     result = subprocess.run([sys.executable, '-m', 'trm_spmd.main', '--config=configs/baseline.py:runlocal',
                              f'--workdir={workdir}', '--config.logging.wandb=True'], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
