@@ -12,6 +12,11 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 py="$1"
+case "$py" in   # the printed python must work from any directory
+  /*) ;;
+  */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;;
+  *) py="$(command -v "$py")" ;;
+esac
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 # The extra is installed without dependencies against the packages of requirements.lock, so
