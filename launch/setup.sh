@@ -3,16 +3,19 @@
 # unchanged; installs this checkout into it (editable). Progress goes to stderr; the only
 # line on stdout, the last line of output, is the environment's python:
 #   PY=$(bash launch/setup.sh) && $PY -m pytest tests
-# Options: --tpu (adds libtpu for TPU VMs), --help.
+# Options: --tpu (adds libtpu for TPU VMs), --wandb (also the optional Weights & Biases extra,
+#          beside the environment: the python printed then sees both; launch/wandb_extra.sh), --help.
 # Environment: TRM_SPMD_PYTHON (interpreter to build from, default python3),
 #              TRM_SPMD_ENV_ROOT (where environments live, default ~/.cache/trm_spmd).
 set -euo pipefail
 
 usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
 tpu=0
+wandb=0
 for arg in "$@"; do
   case "$arg" in
     --tpu) tpu=1 ;;
+    --wandb) wandb=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -74,5 +77,8 @@ installed="$(cd / && "$py" -c 'import os, trm_spmd; print(os.path.dirname(os.pat
 if [ "$installed" != "$repo" ]; then
   say "step 3/3: installing $repo (editable)"
   "$py" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e "$repo" >&2
+fi
+if [ "$wandb" = 1 ]; then
+  exec bash "$repo/launch/wandb_extra.sh" "$py"
 fi
 echo "$py"

@@ -138,3 +138,46 @@ def stand_in_hub(tmp_path):
                     HF_HUB_DISABLE_TELEMETRY='1')
     yield serve
     server.shutdown()
+
+
+# Credentials a run may find in its environment; none of them may reach its files or its output.
+SECRETS = {
+    'WANDB_API_KEY': 'wandb-secret-0f3a9c51d2e84b7a',
+    'HF_TOKEN': 'hf_secretTokenQ8v2LmZr4T',
+    'HUGGING_FACE_HUB_TOKEN': 'hf_otherSecretK3p9Xw',
+    'AWS_SECRET_ACCESS_KEY': 'aws-secret-7Hq2nB5vR9kL',
+    'GOOGLE_APPLICATION_CREDENTIALS': '/secret/path/service-account-4d1e.json',
+    'GCS_OAUTH_TOKEN': 'ya29.secret-oauth-token-55e1',
+}
+
+
+@pytest.fixture(scope='session')
+def wandb_python():
+    """A python that sees this environment and the optional wandb extra, installed as users
+    install it (launch/wandb_extra.sh, from PyPI the first time, then reused)."""
+    result = subprocess.run(['bash', os.path.join(REPO, 'launch', 'wandb_extra.sh'), sys.executable],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope='session')
+def wandb_runs(wandb_python, tmp_path_factory):
+    """A tiny run with logging.wandb in W&B's offline mode, then the same workdir resumed and
+    run longer, with SECRETS in the environment -> (workdir, wandb's own environment, outputs)."""
+    base = tmp_path_factory.mktemp('wandb')
+    workdir = base / 'tiny_run'
+    # wandb's caches and settings stay in the test's directory, not the user's home.
+    wandb_env = {f'WANDB_{name}_DIR': str(base / name.lower()) for name in ('CACHE', 'CONFIG', 'DATA')}
+    env = dict(os.environ, **SECRETS, **wandb_env, WANDB_MODE='offline', PJRT_DEVICE='CPU', CPU_NUM_DEVICES='8',
+               TRM_SPMD_DATA=str(tmp_path_factory.getbasetemp() / 'datasets'))
+    flags = ['--config=configs/baseline.py:runlocal', f'--workdir={workdir}', '--config.logging.wandb=True',
+             '--config.logging.wandb_tags=tiny', '--config.logging.wandb_tags=test',
+             '--config.optim.lr_min_ratio=1.0']   # a constant rate: the resume may lengthen the run
+    outputs = []
+    for extra in ([], ['--config.train.total_steps=6']):
+        result = subprocess.run([wandb_python, '-m', 'trm_spmd.main', *flags, *extra], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append(result.stdout + result.stderr)
+    return workdir, dict(os.environ, **wandb_env), outputs

@@ -127,6 +127,11 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.logging = g = ml_collections.ConfigDict()
     g.tensorboard = True
+    g.wandb = False              # mirror the scalars to Weights & Biases (an optional extra: README.md)
+    g.wandb_project = 'trm_spmd'
+    g.wandb_entity = ''          # '' -> the default entity of the API key
+    g.wandb_name = ''            # '' -> the workdir's name
+    g.wandb_tags = ()
 
     c.xla = x = ml_collections.ConfigDict()
     x.cache_dir = ''             # persistent compilation cache: '' -> ~/.cache/trm_spmd/xla_cache on TPU, 'none' -> off

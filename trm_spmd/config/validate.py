@@ -109,7 +109,11 @@ def validate(config, device_count=None, process_count=1):
     _check(batch >= 1 and eval_batch >= 1, 'data.global_batch_size and eval.global_batch_size must be >= 1')
     _check(batch % o.grad_accum_steps == 0,
            f'data.global_batch_size={batch} is not divisible by optim.grad_accum_steps={o.grad_accum_steps}')
+    _check(not c.logging.wandb or c.logging.wandb_project, 'logging.wandb=True needs a logging.wandb_project')
     if device_count is not None:
+        if c.logging.wandb:   # this machine is about to run it: the optional package must be here
+            from trm_spmd.train.wandb_run import require   # not at the top: wandb_run imports trm_spmd.config
+            require()
         data_axis, model_axis = resolve_mesh_shape(c.mesh.shape, device_count)
         _check(model_axis == 1, f'mesh.shape model axis={model_axis}: only data parallelism (model=1) is supported')
         micro = batch // o.grad_accum_steps

@@ -95,7 +95,8 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             runtime.is_main_host, runtime.shared_filesystem))
         record = RunRecord.start(workdir, config, source, runtime, trainer, total_steps, started,
                                  resuming=checkpointer.latest_step() is not None)
-        writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard))
+        writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard,
+                                                    config if config.logging.wandb else None))
         cleanup.callback(runtime.wait)
         log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.epoch_examples,
                        flops_per_example, stages, eval_every)

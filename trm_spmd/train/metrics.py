@@ -1,4 +1,5 @@
-"""Metrics out of a run: the training scalars of a log window, metrics.jsonl and TensorBoard.
+"""Metrics out of a run: the training scalars of a log window, metrics.jsonl, TensorBoard and,
+when logging.wandb is on, Weights & Biases (wandb_run.py).
 
 Only host 0 writes. Values arrive already on the host, so nothing here touches a device.
 A line of metrics.jsonl is appended whole or not at all: a write that fails half-way (a
@@ -15,27 +16,31 @@ import time
 from trm_spmd import fs
 from trm_spmd.progress import Progress
 from trm_spmd.train.schedule import stage_at
+from trm_spmd.train.wandb_run import WandbRun
 
 
 class MetricWriter:
-    """Appends one JSON object per log event to DIR/metrics.jsonl and mirrors it to TensorBoard."""
+    """Appends one JSON object per log event to DIR/metrics.jsonl and mirrors its numbers to
+    TensorBoard and, given `wandb_config` (the run's config, with logging.wandb on), to W&B."""
 
     # On a bucket an object cannot be appended to: the whole file is re-uploaded, at most this often.
     REMOTE_FLUSH_SECONDS = 60.0
 
-    def __init__(self, workdir, enabled=True, tensorboard=True):
+    def __init__(self, workdir, enabled=True, tensorboard=True, wandb_config=None):
         self.enabled = enabled
         self.path = fs.join(workdir, 'metrics.jsonl')
         self._remote = fs.is_remote(workdir)
         self._lines = []
         self._last_upload = 0.0
-        self._tb = None
+        self._tb = self._wandb = None
         if not enabled:
             return
         if self._remote and fs.exists(self.path):
             self._lines = fs.read_text(self.path).splitlines(keepends=True)
         if tensorboard:
             self._tb = _EventFile(fs.join(workdir, 'tensorboard'))
+        if wandb_config is not None:
+            self._wandb = WandbRun(workdir, wandb_config)
 
     def write(self, step, scalars):
         if not self.enabled:
@@ -49,9 +54,11 @@ class MetricWriter:
                 self._upload()
         else:
             _append_whole(self.path, line.encode())
+        numbers = {n: v for n, v in record.items() if n not in ('step', 'time') and isinstance(v, (int, float))}
         if self._tb is not None:
-            scalars = {n: v for n, v in record.items() if n not in ('step', 'time') and isinstance(v, (int, float))}
-            self._tb.add_scalars(int(step), record['time'], scalars)
+            self._tb.add_scalars(int(step), record['time'], numbers)
+        if self._wandb is not None:
+            self._wandb.log(int(step), numbers)
 
     def _upload(self):
         fs.write_text(self.path, ''.join(self._lines))
@@ -68,14 +75,20 @@ class MetricWriter:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(failed=exc_type is not None)
 
-    def close(self):
-        self.flush()
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+    def close(self, failed=False):
+        """`failed`: the run ends with an error (W&B marks the run failed)."""
+        try:
+            self.flush()
+            if self._tb is not None:
+                self._tb.close()
+                self._tb = None
+        finally:
+            if self._wandb is not None:
+                self._wandb.close(failed)
+                self._wandb = None
 
 
 class _EventFile:
