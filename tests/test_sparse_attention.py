@@ -1,5 +1,7 @@
 """Attention restricted to a structure (model.attention_mask): what a cell can see, and nothing else changes."""
 
+import json
+import os
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ from trm_spmd.config import ConfigError, load_config, validate
 from trm_spmd.model import TRM, TRMConfig, trainable_param_count
 from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.model.config import ModelConfigError
+from trm_spmd.train.loop import train_and_evaluate
 
 from conftest import REPO
 
@@ -158,3 +161,19 @@ def test_the_command_line_refuses_it_in_one_error_line():
     assert len(lines) == 1 and lines[0].startswith("error: model.attention_mask='sudoku' needs the 81 cells"), \
         result.stderr
     assert 'seq_len 900' in lines[0]
+
+
+# ---- on the SPMD path ------------------------------------------------------------------
+
+def test_masked_step_compiles_once_and_runs_on_the_device(tmp_path):
+    config = load_config(f'{REPO}/configs/contributions.py:sparse_attention,runlocal')
+    config.update_from_flattened_dict({'train.total_steps': 10, 'train.eval_every_steps': 5,
+                                       'train.log_every_steps': 1, 'checkpoint.keep_best': 0})
+    train_and_evaluate(config, str(tmp_path))
+    with open(os.path.join(tmp_path, 'metrics.jsonl')) as f:
+        train = [r for r in map(json.loads, f) if 'train/loss' in r]
+    assert [r['step'] for r in train] == list(range(1, 11))
+    # Warm-up: the first train step and the first evaluation (step 5), read at step 6.
+    assert len({r['xla/uncached_compiles'] for r in train if r['step'] >= 6}) == 1
+    assert all(r['xla/cpu_fallback_ops'] == 0 for r in train)
+    assert len({r['xla/host_syncs'] for r in train}) == 1
