@@ -1,4 +1,5 @@
-"""New ideas on top of the paper's TRM: recursion curriculum, adaptive halting, gradient checkpointing, Lion.
+"""New ideas on top of the paper's TRM: recursion curriculum, adaptive halting, gradient checkpointing, Lion,
+sparse attention.
 
   python -m trm_spmd.main --config=configs/contributions.py:curriculum_recursion --workdir=DIR
   python launch/tpu.py sweep --sweep=configs/contributions.py --study_root=gs://BUCKET/study
@@ -31,9 +32,16 @@ compared with it directly.
   are Lion's own (beta2 is its momentum decay, not a second moment, so Adam's 0.95 does
   not carry over). The puzzle embedding keeps SignSGD lr 1e-4, wd 1.0 (already a sign
   method); warmup stays 2,000 steps.
+- sparse_attention: the attention variant (configs/ablations.py:attention: self-attention
+  with RoPE instead of the token MLP) with attention restricted to Sudoku's constraint
+  graph (model.attention_mask 'sudoku'): a cell attends to the 21 cells of its row, column
+  and 3x3 box, and to the 16 puzzle-embedding positions, which attend to everything. The
+  bet: the rules say which cells constrain which, so the network need not learn to ignore
+  the other 60; two rounds of attention still connect any two cells. Same parameters, and
+  the same FLOPs in dense attention (the masked scores are computed, then dropped).
 
 `:runlocal` keeps what each variant changes (stages at the same fractions of the short
-run, the exploration decay, checkpointing, Lion) on the usual CPU-sized run.
+run, the exploration decay, checkpointing, Lion, the mask) on the usual CPU-sized run.
 """
 
 from trm_spmd.config import family_config
@@ -48,6 +56,7 @@ VARIANTS = {
     'adaptive_halting': {'act.exploration_prob': 0.1, 'act.exploration_prob_final': 0.0},
     'grad_checkpointing': {'model.grad_checkpointing': True},
     'lion': {'optim.name': 'lion', 'optim.lr': 2e-5, 'optim.weight_decay': 5.0, 'optim.beta2': 0.99},
+    'sparse_attention': {'model.mlp_t': False, 'model.pos_encodings': 'rope', 'model.attention_mask': 'sudoku'},
 }
 
 

@@ -5,6 +5,7 @@ run that learns small mazes.
       --output_dir=data/maze-30x30-hard-1k-aug-8
   python -m trm_spmd.main --config=configs/maze.py --workdir=DIR
   python -m trm_spmd.main --config=configs/maze.py:cpu --workdir=runs/maze_cpu
+  python -m trm_spmd.main --config=configs/maze.py:sparse_window --workdir=DIR
   python -m trm_spmd.main --config=configs/maze.py:runlocal --workdir=/tmp/maze_local
 
 paper (the default), from the official README's Maze-Hard command and its config files
@@ -21,6 +22,13 @@ paper (the default), from the official README's Maze-Hard command and its config
   maze; we follow the README (data.path names the 8-transform build, --num_aug=7). With
   the builder's default, build without --num_aug and point data.path at that directory:
   the model, steps and evaluations are the same.
+
+sparse_window: the paper's run with each cell attending only to the cells within
+Chebyshev distance 2 (a 5x5 square, model.attention_mask 'window') and to the 16
+puzzle-embedding positions, which attend to everything. A path step depends on its
+neighbours; with 2 attention layers a network call still moves information 4 cells, and
+an ACT step's 15 calls 60 cells, twice the grid's side. Same parameters; dense attention
+computes the masked scores too, so the same FLOPs (benchmarks/README.md).
 
 cpu: 8x8 mazes from the built-in generator (shortest path over 8 moves, the paper's 110 at
 30x30 scaled to the area), 5,000 for training and 500 held out, hidden 128, T=1, n=2, 8 ACT
@@ -39,6 +47,8 @@ PAPER = {
     'data.task': 'maze', 'data.generate_size': 30,
     'model.mlp_t': False, 'model.pos_encodings': 'rope', 'model.L_cycles': 4,
 }
+
+SPARSE_WINDOW = {**PAPER, 'model.attention_mask': 'window', 'model.attention_window': 2}
 
 CPU = {
     **PAPER,
@@ -60,9 +70,9 @@ def _runlocal(c, variant):
 
 
 def get_config(arg=None):
-    return family_config('maze', {'paper': PAPER, 'cpu': CPU}, arg, 'paper', runlocal=_runlocal,
-                         data_path=MAZE_HARD)
+    return family_config('maze', {'paper': PAPER, 'sparse_window': SPARSE_WINDOW, 'cpu': CPU}, arg, 'paper',
+                         runlocal=_runlocal, data_path=MAZE_HARD)
 
 
 def sweep():
-    return ['paper']
+    return ['paper', 'sparse_window']

@@ -5,10 +5,11 @@
 
 - all_ablations (also the default `sweep`): the baseline, every ablation
   (configs/ablations.py: ema_off, attention, nsup_8) and the contributions that can change
-  accuracy (configs/contributions.py: curriculum_recursion, adaptive_halting, lion): 7
-  full runs, one table. contributions.py:grad_checkpointing is left out: it computes the
-  baseline's updates (only memory and step time differ), so a full run would repeat the
-  baseline's accuracy; its claim is measured by a benchmark or a short run.
+  accuracy (configs/contributions.py: curriculum_recursion, adaptive_halting, lion,
+  sparse_attention, which compares with ablations.py:attention): 8 full runs, one table.
+  contributions.py:grad_checkpointing is left out: it computes the baseline's updates (only
+  memory and step time differ), so a full run would repeat the baseline's accuracy; its
+  claim is measured by a benchmark or a short run.
 - batch_sweep: the baseline (the 768 point) and every configs/batch_scaling.py variant
   (256, 512, 1024, 2048, 6144), under that file's lr / warmup / EMA rule.
 
@@ -20,7 +21,7 @@ from trm_spmd.config import ConfigArgError
 
 BASELINE = 'configs/baseline.py:e1_1_baseline'
 ABLATIONS = ('ema_off', 'attention', 'nsup_8')
-CONTRIBUTIONS = ('curriculum_recursion', 'adaptive_halting', 'lion')
+CONTRIBUTIONS = ('curriculum_recursion', 'adaptive_halting', 'lion', 'sparse_attention')
 BATCHES = ('b256', 'b512', 'b1024', 'b2048', 'b6144')
 
 

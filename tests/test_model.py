@@ -94,12 +94,14 @@ def test_from_config_reads_model_act_and_loss():
     ml_collections = pytest.importorskip('ml_collections')
     c = ml_collections.ConfigDict({
         'model': dict(hidden_size=64, num_heads=4, expansion=2.0, H_cycles=2, L_cycles=3, L_layers=1, mlp_t=False,
-                      pos_encodings='rope', rope_theta=500.0, puzzle_emb_ndim=0, puzzle_emb_len=16,
-                      rms_norm_eps=1e-6, forward_dtype='float32', grad_checkpointing=True),
+                      pos_encodings='rope', rope_theta=500.0, attention_mask='window', attention_window=3,
+                      puzzle_emb_ndim=0, puzzle_emb_len=16, rms_norm_eps=1e-6, forward_dtype='float32',
+                      grad_checkpointing=True),
         'act': dict(halt_max_steps=8, exploration_prob=0.2, no_ACT_continue=False),
         'loss': dict(type='softmax', q_loss_weight=0.25)})
     cfg = TRMConfig.from_config(c, seq_len=81)
     assert (cfg.hidden_size, cfg.L_cycles, cfg.mlp_t, cfg.rope_theta) == (64, 3, False, 500.0)
+    assert (cfg.attention_mask, cfg.attention_window) == ('window', 3)
     assert (cfg.halt_max_steps, cfg.no_ACT_continue, cfg.loss_type, cfg.q_loss_weight) == (8, False, 'softmax', 0.25)
     assert cfg.prefix_len == 0 and cfg.total_len == 81
 

@@ -21,7 +21,8 @@ FAMILIES = {
     'configs/tn_sweep.py': ('t2_n2', 't2_n6', 't3_n4', 't3_n6', 't4_n6'),
     'configs/scaling.py': ('large_model', 'deeper', 'more_data'),
     'configs/advanced.py': ('lr_3e-5', 'lr_1e-4', 'lr_3e-4', 'lr_1e-3', 'longer', 'no_warmup', 'larger_batch'),
-    'configs/contributions.py': ('curriculum_recursion', 'adaptive_halting', 'grad_checkpointing', 'lion'),
+    'configs/contributions.py': ('curriculum_recursion', 'adaptive_halting', 'grad_checkpointing', 'lion',
+                                 'sparse_attention'),
 }
 SPECS = [f'{path}:{variant}' for path, variants in FAMILIES.items() for variant in variants]
 BASELINE = 'configs/baseline.py:e1_1_baseline'
@@ -33,6 +34,7 @@ V4_64 = {'device_count': 32, 'process_count': 8}
 # arithmetic: per layer 148,992 token-mix + 3 * hidden * swiglu_width(hidden) channel-mix).
 PARAMS = {
     'configs/ablations.py:attention': 6_828_034,
+    'configs/contributions.py:sparse_attention': 6_828_034,    # the mask is no parameter
     'configs/scaling.py:large_model': 35_223_554,
     'configs/scaling.py:deeper': 10_045_442,
 }
@@ -77,6 +79,8 @@ DISTINCT = {
     'configs/contributions.py:grad_checkpointing': {'model.grad_checkpointing': True},
     'configs/contributions.py:lion': {'optim.name': 'lion', 'optim.lr': 2e-5, 'optim.weight_decay': 5.0,
                                       'optim.beta2': 0.99},
+    'configs/contributions.py:sparse_attention': {'model.mlp_t': False, 'model.pos_encodings': 'rope',
+                                                  'model.attention_mask': 'sudoku'},
 }
 
 
@@ -236,6 +240,7 @@ def test_runlocal_keeps_what_makes_the_variant():
         'configs/scaling.py:more_data': lambda c: c.data.generate_train == 5 * base.data.generate_train,
         'configs/contributions.py:curriculum_recursion': lambda c: c.curriculum.enabled,
         'configs/contributions.py:lion': lambda c: c.optim.name == 'lion',
+        'configs/contributions.py:sparse_attention': lambda c: c.model.attention_mask == 'sudoku' and not c.model.mlp_t,
         'configs/batch_scaling.py:b256': lambda c: c.data.global_batch_size == 8,
         'configs/batch_scaling.py:b6144': lambda c: c.data.global_batch_size == 192,
     }
@@ -247,7 +252,8 @@ def test_runlocal_keeps_what_makes_the_variant():
 
 ALL_ABLATIONS = [BASELINE, 'configs/ablations.py:ema_off', 'configs/ablations.py:attention',
                  'configs/ablations.py:nsup_8', 'configs/contributions.py:curriculum_recursion',
-                 'configs/contributions.py:adaptive_halting', 'configs/contributions.py:lion']
+                 'configs/contributions.py:adaptive_halting', 'configs/contributions.py:lion',
+                 'configs/contributions.py:sparse_attention']
 BATCH_SWEEP = [BASELINE] + [f'configs/batch_scaling.py:b{b}' for b in (256, 512, 1024, 2048, 6144)]
 
 

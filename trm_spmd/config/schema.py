@@ -47,6 +47,8 @@ def default_config() -> ml_collections.ConfigDict:
     m.mlp_t = True               # token-mixing MLP (True) or self-attention (False)
     m.pos_encodings = 'none'     # 'rope' | 'learned' | 'none'
     m.rope_theta = 10000.0
+    m.attention_mask = 'full'    # attention only: 'full' | 'sudoku' (row, column, box) | 'window' (a square grid)
+    m.attention_window = 1       # 'window': Chebyshev radius of the cells a cell attends to
     m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
     m.rms_norm_eps = 1e-5

@@ -51,8 +51,9 @@ def validate(config, device_count=None, process_count=1):
     _one_of(c.backend, 'backend', ('auto', 'xla', 'native'))
     _one_of(c.native.compile, 'native.compile',
             ('none', 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'))
-    try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig
-        TRMConfig.from_config(c)
+    _one_of(c.data.task, 'data.task', tasks.NAMES)
+    try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig; sizes: the task's
+        TRMConfig.from_config(c, **tasks.sizes(c))
     except ModelConfigError as e:
         raise ConfigError(str(e)) from None
     a = c.act
@@ -93,7 +94,6 @@ def validate(config, device_count=None, process_count=1):
     _check(c.checkpoint.keep_best >= 0, f'checkpoint.keep_best={c.checkpoint.keep_best} must be >= 0')
     _check(len(c.mesh.axis_names) == 2 and tuple(c.mesh.axis_names) == ('data', 'model'),
            f'mesh.axis_names={c.mesh.axis_names} must be (data, model)')
-    _one_of(c.data.task, 'data.task', tasks.NAMES)
     _check(c.data.generate_num_aug >= 0, f'data.generate_num_aug={c.data.generate_num_aug} must be >= 0')
     _one_of(c.data.arc_source, 'data.arc_source', ('arc1', 'arc2'))
     _check(not c.data.augment or tasks.get(c.data.task).augmentation is not None,

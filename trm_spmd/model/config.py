@@ -7,6 +7,7 @@ TRMConfig to apply them, so messages name the run config's keys (model.hidden_si
 import dataclasses
 
 from trm_spmd.errors import UserError
+from trm_spmd.model import attention_mask as masks
 
 _DTYPES = ('bfloat16', 'float32', 'auto')
 _POS_ENCODINGS = ('none', 'rope', 'learned')
@@ -40,6 +41,8 @@ class TRMConfig:
     mlp_t: bool = True
     pos_encodings: str = 'none'
     rope_theta: float = 1e4
+    attention_mask: str = 'full'
+    attention_window: int = 1
     puzzle_emb_ndim: int = 512
     puzzle_emb_len: int = 16
     rms_norm_eps: float = 1e-5
@@ -71,6 +74,15 @@ class TRMConfig:
         if not self.mlp_t:
             check(self.hidden_size % self.num_heads == 0,
                   f'model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}')
+        one_of('attention_mask', masks.KINDS)
+        if self.attention_mask != 'full':
+            check(not self.mlp_t, f'model.attention_mask={self.attention_mask!r} restricts self-attention: '
+                                  'set model.mlp_t=False, or model.attention_mask=\'full\'')
+            unfit = masks.fits(self.attention_mask, self.seq_len)
+            check(unfit is None, f'model.attention_mask={self.attention_mask!r} {unfit}, but the task has '
+                                 f'seq_len {self.seq_len}; use \'full\' or a structure of this task')
+        if self.attention_mask == 'window':
+            check(self.attention_window >= 1, f'model.attention_window={self.attention_window} must be >= 1')
         if self.pos_encodings == 'rope':
             check((self.hidden_size // self.num_heads) % 2 == 0,
                   'model.pos_encodings=rope needs an even head dimension (model.hidden_size / model.num_heads)')
@@ -114,6 +126,9 @@ class TRMConfig:
             mlp_t=m.mlp_t,
             pos_encodings=m.pos_encodings,
             rope_theta=m.rope_theta,
+            # A run's config.json from before these keys existed (solve.py reads it) meant full attention.
+            attention_mask=m.get('attention_mask', 'full'),
+            attention_window=m.get('attention_window', 1),
             puzzle_emb_ndim=m.puzzle_emb_ndim,
             puzzle_emb_len=m.puzzle_emb_len,
             rms_norm_eps=m.rms_norm_eps,

@@ -5,6 +5,8 @@ attention projections plus its score (QK^T) and value (AV) products, the channel
 and the lm/q heads. Not counted: norms, activations, residual adds, RoPE, softmax,
 embedding lookups, the loss, the optimizer, and the recomputation done by gradient
 checkpointing (so MFU measures useful model work). Backward counts as 2x forward.
+An attention mask (model.attention_mask) removes no work from dense attention, whose
+kernel computes every score before dropping the masked ones: scores count in full.
 """
 
 from trm_spmd.model.config import TRMConfig

@@ -150,11 +150,12 @@ class Attention(nn.Module):
         self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
         self.o_proj = CastedLinear(hidden_size, hidden_size)
 
-    def forward(self, x, rope=None):
+    def forward(self, x, rope=None, mask=None):
+        """mask: None (every pair) or boolean [L, L], True where a position may attend."""
         b, n, d = x.shape
         q, k, v = self.qkv_proj(x).view(b, n, 3, self.num_heads, self.head_dim).unbind(dim=2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=False)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, d))

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.layers import (Attention, CastedEmbedding, CastedLinear, SwiGLU, rms_norm, rope_tables,
                                    trunc_normal_)
@@ -32,12 +33,12 @@ class Block(nn.Module):
             self.self_attn = Attention(cfg.hidden_size, cfg.num_heads)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
 
-    def forward(self, h, rope=None):
+    def forward(self, h, rope=None, mask=None):
         if self.mlp_t_mixing:
             # The reference transposes to [B, D, L] and normalises over L; same math on axis 1.
             h = rms_norm(h + self.mlp_t(h), self.eps, dim=1)
         else:
-            h = rms_norm(h + self.self_attn(h, rope), self.eps)
+            h = rms_norm(h + self.self_attn(h, rope, mask), self.eps)
         return rms_norm(h + self.mlp(h), self.eps)
 
 
@@ -48,10 +49,10 @@ class ReasoningModule(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L_layers))
 
-    def forward(self, h, injection, rope=None):
+    def forward(self, h, injection, rope=None, mask=None):
         h = h + injection
         for layer in self.layers:
-            h = layer(h, rope)
+            h = layer(h, rope, mask)
         return h
 
 
@@ -85,6 +86,9 @@ class TRM(nn.Module):
             self.register_buffer('rope_sin', sin, persistent=False)
         elif cfg.pos_encodings == 'learned':
             self.embed_pos = CastedEmbedding(cfg.total_len, hidden, 1 / self.embed_scale, self.dtype)
+        # A constant of the config, built once: not trained, not in the checkpoint ('full': None).
+        self.register_buffer('attention_mask', attention_mask(cfg.attention_mask, cfg.seq_len, cfg.prefix_len,
+                                                              cfg.attention_window), persistent=False)
         self.L_level = ReasoningModule(cfg)
         # Reset states of z_H / z_L: random once, saved with the model, never trained.
         self.register_buffer('H_init', trunc_normal_(torch.empty(hidden, dtype=self.dtype), std=1.0))
@@ -145,7 +149,7 @@ class TRM(nn.Module):
 
     def net(self, h, injection):
         """One network call f(h, injection)."""
-        return self.L_level(h, injection, self._rope())
+        return self.L_level(h, injection, self._rope(), self.attention_mask)
 
     def _cycle(self, z_H, z_L, x, L_cycles):
         for _ in range(L_cycles):
