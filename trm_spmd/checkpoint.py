@@ -34,7 +34,7 @@ import torch
 
 from trm_spmd import checksums, fs
 from trm_spmd.errors import UserError
-from trm_spmd.orbax_noise import OrbaxErrorLog, drop_closed_loop_callbacks
+from trm_spmd.orbax_noise import OrbaxErrorLog, drop_closed_loop_callbacks, hide_missing_metadata_notice
 
 DAMAGED = 'checkpoints_damaged'
 
@@ -118,6 +118,7 @@ class Checkpointer:
         self.writes = fs.writes_workdir(workdir, is_main_host, shared_filesystem)
         self.moved_aside = []          # MovedAside of every damaged checkpoint this checkpointer moved
         drop_closed_loop_callbacks()
+        hide_missing_metadata_notice()   # _metadata_problem reports that damage in one line
         self._orbax_errors = OrbaxErrorLog()
         options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
                        cleanup_tmp_directories=self.writes, save_interval_steps=1 if self.writes else 0)
