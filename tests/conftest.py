@@ -181,3 +181,34 @@ def wandb_runs(wandb_python, tmp_path_factory):
         assert result.returncode == 0, result.stderr[-3000:]
         outputs.append(result.stdout + result.stderr)
     return workdir, dict(os.environ, **wandb_env), outputs
+
+# ---- real full and read-only filesystems: small tmpfs mounts (root only; skipped elsewhere) ----
+def _mount_tmpfs(path, options):
+    path.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(path)], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        pytest.skip(f'cannot mount a tmpfs here ({result.stderr.strip() or "mount failed"}); '
+                    f'the full and read-only filesystem tests need root and mount permission')
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size, read_only=False, at=None) -> a fresh tmpfs directory (at `at`, else a new one
+    under tmp_path); unmounted at the end."""
+    mounted = []
+
+    def mount(size, read_only=False, at=None):
+        path = at or tmp_path / f'mnt{len(mounted)}'
+        _mount_tmpfs(path, f'size={size}' + (',ro' if read_only else ''))
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        # Lazy: detached even while a file a failed writer left open keeps it busy.
+        subprocess.run(['umount', '-l', str(path)], check=False)
+
+
+def remount(path, options):
+    subprocess.run(['mount', '-o', f'remount,{options}', str(path)], check=True)

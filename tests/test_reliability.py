@@ -3,8 +3,7 @@ writes a checkpoint or metrics, a damaged newest checkpoint, a second run in the
 workdir, a config changed between runs. Each ends in one line, keeps what was good, and
 leaves nothing half-written that a resume would trust.
 
-Full and read-only filesystems are real ones: small tmpfs mounts (root only; skipped
-with the reason where mounting is refused).
+Full and read-only filesystems are real ones: small tmpfs mounts (conftest.tmpfs).
 """
 
 import json
@@ -12,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import threading
 
 import numpy as np
@@ -24,34 +22,8 @@ from trm_spmd.errors import UserError
 from trm_spmd.train.metrics import MetricWriter
 from trm_spmd.train.loop import train_and_evaluate
 
+from conftest import remount
 from test_train import read_metrics, runlocal, train_lines
-
-
-def _mount(path, options):
-    path.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(path)], capture_output=True,
-                            text=True)
-    if result.returncode != 0:
-        pytest.skip(f'cannot mount a tmpfs here ({result.stderr.strip() or "mount failed"}); '
-                    f'the full and read-only filesystem tests need root and mount permission')
-
-
-@pytest.fixture
-def tmpfs(tmp_path):
-    """mount(size, read_only=False, at=None) -> a fresh tmpfs directory (at `at`, else a new one
-    under tmp_path); unmounted at the end."""
-    mounted = []
-
-    def mount(size, read_only=False, at=None):
-        path = at or tmp_path / f'mnt{len(mounted)}'
-        _mount(path, f'size={size}' + (',ro' if read_only else ''))
-        mounted.append(path)
-        return path
-
-    yield mount
-    for path in mounted:
-        # Lazy: detached even while a file a failed writer left open keeps it busy.
-        subprocess.run(['umount', '-l', str(path)], check=False)
 
 
 def _fill(directory, leave_bytes):
@@ -66,10 +38,6 @@ def _fill(directory, leave_bytes):
     return filler
 
 
-def _remount(path, options):
-    subprocess.run(['mount', '-o', f'remount,{options}', str(path)], check=True)
-
-
 def _tree(step, size=40_000):
     return {'w': np.random.default_rng(step).standard_normal(size).astype(np.float32), 'step': np.asarray(step)}
 
@@ -78,7 +46,7 @@ def _tree(step, size=40_000):
 def test_a_read_only_workdir_fails_in_one_line_before_anything_is_written(tmpfs):
     mount = tmpfs('1m')
     (mount / 'run').mkdir()
-    _remount(mount, 'ro')
+    remount(mount, 'ro')
     with pytest.raises(fs.StorageError) as caught:
         train_and_evaluate(runlocal(), str(mount / 'run'))
     message = str(caught.value)
@@ -196,7 +164,7 @@ def test_a_run_whose_disk_fills_stops_in_one_line_and_resumes_once_space_is_free
     assert checkpointer.restore_newest_good().step == 3
     checkpointer.close()
 
-    _remount(disk, 'size=32m')
+    remount(disk, 'size=32m')
     final = train_and_evaluate(runlocal(**flags), workdir)
     assert 'resuming from step 3' in capfd.readouterr().out
     assert 'eval/exact_accuracy' in final

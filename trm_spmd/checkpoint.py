@@ -34,7 +34,7 @@ import torch
 
 from trm_spmd import checksums, fs
 from trm_spmd.errors import UserError
-from trm_spmd.orbax_noise import OrbaxErrorLog, drop_closed_loop_callbacks
+from trm_spmd.orbax_noise import OrbaxErrorLog, drop_closed_loop_callbacks, hide_missing_metadata_notice
 
 DAMAGED = 'checkpoints_damaged'
 
@@ -117,8 +117,8 @@ class Checkpointer:
         self.workdir = workdir
         self.writes = fs.writes_workdir(workdir, is_main_host, shared_filesystem)
         self.moved_aside = []          # MovedAside of every damaged checkpoint this checkpointer moved
-        self._write_failure_reported = False
         drop_closed_loop_callbacks()
+        hide_missing_metadata_notice()   # _metadata_problem reports that damage in one line
         self._orbax_errors = OrbaxErrorLog()
         options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
                        cleanup_tmp_directories=self.writes, save_interval_steps=1 if self.writes else 0)
@@ -157,7 +157,6 @@ class Checkpointer:
             if error is None:
                 raise
             self._orbax_errors.discard()
-            self._write_failure_reported = True
             raise error from None
 
     def save(self, step, state, meta, eval_metrics=None):
@@ -174,29 +173,34 @@ class Checkpointer:
                                force=True)
 
     def wait(self):
+        """Returns once every save in flight is complete on the storage; StorageError when one failed."""
         with self._writing():
-            self.latest.wait_until_finished()
-            if self.best is not None:
-                self.best.wait_until_finished()
+            for manager in self._managers():
+                manager.wait_until_finished()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        self.close(reported=exc_type is not None)
 
-    def close(self):
-        try:
-            self.wait()
-        except fs.StorageError:
-            if not self._write_failure_reported:
-                raise
-            # Already reported by save(): the one line the user sees is that one.
-        finally:
-            self.latest.close()
-            if self.best is not None:
-                self.best.close()
-            self._orbax_errors.release()
+    def close(self, reported=False):
+        """Waits for the saves in flight and closes both managers, whatever either raises. A save
+        that failed raises its one line; with `reported` (an exception already ends the run, often
+        that same failure seen earlier) a storage failure adds nothing, any other error still raises."""
+        failure = None
+        for manager in self._managers():
+            try:
+                with self._writing():
+                    try:
+                        manager.wait_until_finished()
+                    finally:
+                        manager.close()   # its threads and stores, even after a failed save
+            except Exception as e:  # noqa: BLE001 - every manager is closed before the first failure is raised
+                failure = failure or e
+        self._orbax_errors.release()
+        if failure is not None and not (reported and isinstance(failure, fs.StorageError)):
+            raise failure
 
     # ---- reading ----------------------------------------------------------------
     def _managers(self):

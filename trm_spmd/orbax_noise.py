@@ -14,9 +14,12 @@ noise come with it, both redundant with that exception:
    records back while a checkpointer is open; `release()` prints them when no exception
    reported their failure (so nothing is ever swallowed), `discard()` drops them when one did.
 
-And one notice that reads like a fault and is not: opening a checkpoint directory the
-process may not write (solve reading a run) makes orbax warn "Given directory is read
-only"; `hide_read_only_notice()` drops that warning alone.
+And two notices: opening a checkpoint directory the process may not write (solve reading
+a run) makes orbax warn "Given directory is read only", which reads like a fault and is
+not; `hide_read_only_notice()` drops that warning alone. And listing the steps warns
+"Metadata file does not exist" (from several threads) for a step without its
+_CHECKPOINT_METADATA: such a step is damaged, and the checkpointer's check reports it in
+one line before any of it is used; `hide_missing_metadata_notice()` drops that warning.
 """
 
 import logging
@@ -26,6 +29,7 @@ import threading
 import traceback
 
 _installed = False
+_missing_metadata_hidden = False
 _lock = threading.Lock()
 
 
@@ -88,3 +92,17 @@ def _is_read_only_notice(record):
 def hide_read_only_notice():
     """Drops orbax's 'Given directory is read only' warning (restoring needs no writes)."""
     logging.getLogger('absl').addFilter(lambda record: not _is_read_only_notice(record))
+
+
+def _is_missing_metadata_notice(record):
+    return (f'{os.sep}orbax{os.sep}' in record.pathname
+            and str(record.msg).startswith('Metadata file does not exist')
+            and str(record.args[0] if record.args else '').endswith('_CHECKPOINT_METADATA'))
+
+
+def hide_missing_metadata_notice():
+    global _missing_metadata_hidden
+    with _lock:
+        if not _missing_metadata_hidden:
+            logging.getLogger('absl').addFilter(lambda record: not _is_missing_metadata_notice(record))
+            _missing_metadata_hidden = True

@@ -56,6 +56,21 @@ class StopRequest:
         return bool(self.reason)
 
 
+def checkpoints_complete(checkpointer, exchange):
+    """Returns once every host's checkpoints in flight are complete. A save that failed on any
+    host stops every host with its line, so that no host records the run as done."""
+    failure = None
+    try:
+        checkpointer.wait()
+    except fs.StorageError as e:
+        failure = e
+    line = hosts.first_problem(exchange(str(failure) if failure else None))
+    if failure is not None and line == str(failure):
+        raise failure
+    if line:
+        raise fs.StorageError(line)
+
+
 def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False):
     """Trains `config` in `workdir`, resuming from its newest checkpoint, and returns the last
     evaluation's metrics. With config.mode 'eval' it evaluates config.init_from (default:
@@ -122,6 +137,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             if config.mode == 'eval':
                 last_eval = evaluator.run(step, config.eval.report_act_steps)
                 writer.write(step, last_eval)
+                checkpoints_complete(checkpointer, exchange)
                 record.finish('done')
                 record.print_summary(last_eval, 'eval')
                 return last_eval
@@ -176,11 +192,15 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                 # The trained model at other depths: one more pass over the test split.
                 last_eval = evaluator.run(step, config.eval.report_act_steps)
                 writer.write(step, last_eval)
+            # Done (or preempted) only once its newest checkpoint is complete: a save that fails
+            # here ends the run like one that fails mid-run.
+            checkpoints_complete(checkpointer, exchange)
             status = 'preempted' if stop else 'done'
             record.finish(status, stop.reason)
             record.print_summary(last_eval, status)
             return last_eval
         except BaseException as e:
-            nan = isinstance(e, NonFiniteLoss)
-            record.finish('nan' if nan else 'failed', str(e) if nan else f'{type(e).__name__}: {e}')
+            # A user's error (a NaN stop included) is recorded as the line it prints; anything else with its kind.
+            message = str(e) if isinstance(e, UserError) else f'{type(e).__name__}: {e}'
+            record.finish('nan' if isinstance(e, NonFiniteLoss) else 'failed', message)
             raise
