@@ -5,7 +5,7 @@ global: every position reads it and it reads every position, so what the puzzle 
 carries reaches every cell, and a prefix token can relay between cells a structure keeps
 apart. The cells' structure:
 
-  full     every pair (no mask: today's dense attention)
+  full     every pair (no mask: plain dense attention)
   sudoku   the constraint graph of a 9x9 Sudoku: a cell reads the 21 cells of its row,
            column and 3x3 box (itself included)
   window   a square grid (side sqrt(seq_len)): a cell reads the cells within Chebyshev
