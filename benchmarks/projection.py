@@ -88,7 +88,7 @@ def run_steps(config, global_batch, groups=None):
     `groups` training rows (default the rows an epoch of the config's task has, where the task
     knows them, e.g. ARC's; else Sudoku-Extreme-1K's 1,000)."""
     from trm_spmd import tasks
-    groups = groups or tasks.sizes(config).get('epoch_examples', DEFAULT_GROUPS)
+    groups = groups or tasks.get(config.data.task).epoch_examples(config.data) or DEFAULT_GROUPS
     return schedule_steps(config, groups, global_batch)[0]
 
 

@@ -19,7 +19,9 @@ a run) makes orbax warn "Given directory is read only", which reads like a fault
 not; `hide_read_only_notice()` drops that warning alone. And listing the steps warns
 "Metadata file does not exist" (from several threads) for a step without its
 _CHECKPOINT_METADATA: such a step is damaged, and the checkpointer's check reports it in
-one line before any of it is used; `hide_missing_metadata_notice()` drops that warning.
+one line before any of it is used; `hide_missing_metadata_notice()` drops that warning, and
+asyncio's "Task exception was never retrieved" for the damaged step's other reads, which
+fail after the first one already reported the damage.
 """
 
 import logging
@@ -100,9 +102,24 @@ def _is_missing_metadata_notice(record):
             and str(record.args[0] if record.args else '').endswith('_CHECKPOINT_METADATA'))
 
 
+def _is_unretrieved_storage_error(record):
+    """asyncio's 'Task/Future exception was never retrieved' for a tensorstore read or write
+    (a ValueError 'STATUS_CODE: ...'): when orbax gives up on a checkpoint at its first failed
+    read, the other reads in flight fail too and nobody awaits them; the first failure has
+    reached the caller already."""
+    exc = record.exc_info[1] if record.exc_info else None
+    text = str(exc) if exc is not None else ''
+    status = text.split(':', 1)[0]
+    return ('exception was never retrieved' in str(record.msg) and isinstance(exc, ValueError)
+            and status.isupper() and status.replace('_', '').isalpha())
+
+
 def hide_missing_metadata_notice():
+    """Drops the missing-metadata warning and the unretrieved storage errors of a damaged
+    checkpoint's other reads (installed once per process)."""
     global _missing_metadata_hidden
     with _lock:
         if not _missing_metadata_hidden:
             logging.getLogger('absl').addFilter(lambda record: not _is_missing_metadata_notice(record))
+            logging.getLogger('asyncio').addFilter(lambda record: not _is_unretrieved_storage_error(record))
             _missing_metadata_hidden = True

