@@ -86,9 +86,10 @@ def slice_name_for_chips(kind, chips):
 def run_steps(config, global_batch, groups=None):
     """Optimizer steps of the whole run at `global_batch`, as the trainer counts them: epochs of
     `groups` training rows (default the rows an epoch of the config's task has, where the task
-    knows them, e.g. ARC's; else Sudoku-Extreme-1K's 1,000)."""
+    knows them, e.g. ARC's; else Sudoku-Extreme-1K's 1,000; a mixture's: its tasks' together)."""
     from trm_spmd import tasks
-    groups = groups or tasks.get(config.data.task).epoch_examples(config.data) or DEFAULT_GROUPS
+    names = tuple(config.data.mixture) or (config.data.task,)   # a mixture's epoch passes over each task
+    groups = groups or sum(tasks.get(name).epoch_examples(config.data) or DEFAULT_GROUPS for name in names)
     return schedule_steps(config, groups, global_batch)[0]
 
 

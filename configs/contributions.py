@@ -1,5 +1,5 @@
 """New ideas on top of the paper's TRM: recursion curriculum, adaptive halting, gradient checkpointing, Lion,
-sparse attention.
+sparse attention, multi-task learning.
 
   python -m trm_spmd.main --config=configs/contributions.py:curriculum_recursion --workdir=DIR
   python launch/tpu.py sweep --sweep=configs/contributions.py --study_root=gs://BUCKET/study
@@ -39,12 +39,24 @@ compared with it directly.
   bet: the rules say which cells constrain which, so the network need not learn to ignore
   the other 60; two rounds of attention still connect any two cells. Same parameters, and
   the same FLOPs in dense attention (the masked scores are computed, then dropped).
+- multi_task: one TRM trained on Sudoku-Extreme and Maze-Hard at once (data.mixture), half
+  of every batch each (384 + 384 rows). The bet: both are constraint satisfaction on a
+  grid, and a network that must solve both learns a more general refinement step. One
+  model serves both, so it takes the maze run's architecture (attention with RoPE, T=3,
+  n=4: the token MLP over 900 positions is the larger and, on mazes, the weaker mixer);
+  tokens are one vocabulary with a range per task (Sudoku 1-10, Maze 11-15) and Sudoku's
+  81 cells are padded to the maze's 900, so 45.5% of a batch's tokens are padding
+  (trm_spmd/data/mixture.py says why this scheme). An epoch passes over both training
+  sets once, so 50,000 epochs give each task the examples of its own paper run (130,208
+  steps at 768). Evaluation reports eval/sudoku/... and eval/maze/..., and their mean as
+  eval/exact_accuracy. Build both datasets first (README: Everyday commands, Maze-Hard).
 
 `:runlocal` keeps what each variant changes (stages at the same fractions of the short
 run, the exploration decay, checkpointing, Lion, the mask) on the usual CPU-sized run.
 """
 
 from trm_spmd.config import family_config
+from trm_spmd.config.family import MAZE_HARD, SUDOKU_EXTREME_1K
 
 VARIANTS = {
     'curriculum_recursion': {
@@ -57,11 +69,22 @@ VARIANTS = {
     'grad_checkpointing': {'model.grad_checkpointing': True},
     'lion': {'optim.name': 'lion', 'optim.lr': 2e-5, 'optim.weight_decay': 5.0, 'optim.beta2': 0.99},
     'sparse_attention': {'model.mlp_t': False, 'model.pos_encodings': 'rope', 'model.attention_mask': 'sudoku'},
+    'multi_task': {
+        'data.path': '', 'data.mixture': ('sudoku', 'maze'), 'data.mixture_weights': (1.0, 1.0),
+        'data.mixture_paths': (SUDOKU_EXTREME_1K, MAZE_HARD), 'data.generate_size': 30,
+        'model.mlp_t': False, 'model.pos_encodings': 'rope', 'model.L_cycles': 4,
+    },
 }
 
 
+def _runlocal(c, variant):
+    """CPU-sized mazes beside Sudoku's 81 cells (the generic shrink keeps 30x30)."""
+    if variant == 'multi_task':
+        c.data.generate_size = 6
+
+
 def get_config(arg=None):
-    return family_config('contributions', VARIANTS, arg, 'curriculum_recursion')
+    return family_config('contributions', VARIANTS, arg, 'curriculum_recursion', runlocal=_runlocal)
 
 
 def sweep():

@@ -40,8 +40,7 @@ at 0.45 s a step, the MLP at 8x8 10% after 2,000 at 0.12 s). `--config.model.mlp
 """
 
 from trm_spmd.config import family_config
-
-MAZE_HARD = 'data/maze-30x30-hard-1k-aug-8'
+from trm_spmd.config.family import MAZE_HARD
 
 PAPER = {
     'data.task': 'maze', 'data.generate_size': 30,

@@ -3,7 +3,6 @@ pass@K by voting, keeps its puzzle embedding split by rows, and resumes it exact
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ from trm_spmd.train.data import dataset_dir
 from trm_spmd.train.loop import train_and_evaluate
 
 from conftest import REPO
-from test_lifecycle import final_state, flatten
+from test_lifecycle import copy_before_last_checkpoint, final_state, flatten
 
 
 def arc_local(**overrides):
@@ -64,13 +63,7 @@ def test_the_puzzle_embedding_is_split_by_rows_and_stays_so(monkeypatch):
 
 def test_a_resumed_run_ends_exactly_like_the_straight_one(arc_run, tmp_path):
     workdir, _ = arc_run
-    resumed = tmp_path / 'resumed'
-    shutil.copytree(workdir, resumed)
-    shutil.rmtree(resumed / 'checkpoints' / '4')
-    shutil.rmtree(resumed / 'checkpoints_best')   # else the best-scoring copy of step 4 is resumed
-    for name in ('lease.json', '.lease.lock'):   # the copy is another directory: no lease carries over
-        if (resumed / name).exists():
-            os.remove(resumed / name)
+    resumed = copy_before_last_checkpoint(workdir, tmp_path / 'resumed', 4)
     train_and_evaluate(arc_local(), str(resumed))
     step_a, state_a, meta_a = final_state(workdir)
     step_b, state_b, meta_b = final_state(resumed)

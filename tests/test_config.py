@@ -92,7 +92,7 @@ def _valid():
     (lambda c: setattr(c.optim, 'grad_accum_steps', 5), r'not divisible by optim.grad_accum_steps=5'),
     (lambda c: setattr(c.mesh, 'shape', (3, 1)), r'mesh.shape=\(3, 1\) has 3 devices but 8 exist'),
     (lambda c: setattr(c.mesh, 'shape', (-1, 2)), r'model axis=2: only data parallelism'),
-    (lambda c: setattr(c.data, 'path', ''), r'no dataset: set --config.data.path'),
+    (lambda c: setattr(c.data, 'path', ''), r'no sudoku dataset: set --config.data.path'),
     (lambda c: setattr(c.act, 'exploration_prob', 1.5), r'act.exploration_prob=1.5 must be in \[0, 1\]'),
     (lambda c: (setattr(c.curriculum, 'enabled', True), setattr(c.curriculum, 'H_cycles', (1, 2))),
      r'must have the same, non-zero length'),

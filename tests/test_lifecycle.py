@@ -4,6 +4,7 @@ host agreement, NaN guard, bad inputs."""
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,19 @@ def final_state(workdir):
     finally:
         checkpointer.close()
     return step, state, meta
+
+
+def copy_before_last_checkpoint(workdir, copy, step):
+    """A copy of a finished run directory that resumes from its checkpoint before `step`:
+    checkpoint `step` and the best-kept ones (else the best copy of `step` is resumed) are
+    left out, and the lease, which belongs to the original directory."""
+    shutil.copytree(workdir, copy)
+    shutil.rmtree(os.path.join(copy, 'checkpoints', str(step)))
+    shutil.rmtree(os.path.join(copy, 'checkpoints_best'), ignore_errors=True)
+    for name in ('lease.json', '.lease.lock'):
+        if os.path.exists(os.path.join(copy, name)):
+            os.remove(os.path.join(copy, name))
+    return copy
 
 
 def flatten(tree, prefix=''):

@@ -33,7 +33,7 @@ def test_reduced_quickstart_learns_above_chance(tmp_path):
     assert final['eval/count'] == 64
 
     config, state = load_run(str(workdir))
-    assert task_of(config) is SUDOKU
+    assert task_of(config) == (SUDOKU, None)
     model = build_model(config, state, 81)
     assert model.config.hidden_size == 128 and model.config.halt_max_steps == 4
     puzzles = np.ones((2, 81), np.int32)   # two empty grids (token 1: blank)

@@ -22,7 +22,7 @@ FAMILIES = {
     'configs/scaling.py': ('large_model', 'deeper', 'more_data'),
     'configs/advanced.py': ('lr_3e-5', 'lr_1e-4', 'lr_3e-4', 'lr_1e-3', 'longer', 'no_warmup', 'larger_batch'),
     'configs/contributions.py': ('curriculum_recursion', 'adaptive_halting', 'grad_checkpointing', 'lion',
-                                 'sparse_attention'),
+                                 'sparse_attention', 'multi_task'),
 }
 SPECS = [f'{path}:{variant}' for path, variants in FAMILIES.items() for variant in variants]
 BASELINE = 'configs/baseline.py:e1_1_baseline'
@@ -35,6 +35,7 @@ V4_64 = {'device_count': 32, 'process_count': 8}
 PARAMS = {
     'configs/ablations.py:attention': 6_828_034,
     'configs/contributions.py:sparse_attention': 6_828_034,    # the mask is no parameter
+    'configs/contributions.py:multi_task': 6_828_034 + 2 * 5 * 512,   # 5 maze tokens in the embedding and the head
     'configs/scaling.py:large_model': 35_223_554,
     'configs/scaling.py:deeper': 10_045_442,
 }
@@ -81,6 +82,10 @@ DISTINCT = {
                                       'optim.beta2': 0.99},
     'configs/contributions.py:sparse_attention': {'model.mlp_t': False, 'model.pos_encodings': 'rope',
                                                   'model.attention_mask': 'sudoku'},
+    'configs/contributions.py:multi_task': {
+        'data.mixture': ('sudoku', 'maze'), 'data.mixture_weights': (1.0, 1.0),
+        'data.mixture_paths': ('data/sudoku-extreme-1k-aug-1000', 'data/maze-30x30-hard-1k-aug-8'),
+        'model.mlp_t': False, 'model.pos_encodings': 'rope', 'model.L_cycles': 4},
 }
 
 
@@ -241,6 +246,8 @@ def test_runlocal_keeps_what_makes_the_variant():
         'configs/contributions.py:curriculum_recursion': lambda c: c.curriculum.enabled,
         'configs/contributions.py:lion': lambda c: c.optim.name == 'lion',
         'configs/contributions.py:sparse_attention': lambda c: c.model.attention_mask == 'sudoku' and not c.model.mlp_t,
+        'configs/contributions.py:multi_task': lambda c: c.data.mixture == ('sudoku', 'maze')
+        and c.data.generate_size == 6 and not c.data.mixture_paths,
         'configs/batch_scaling.py:b256': lambda c: c.data.global_batch_size == 8,
         'configs/batch_scaling.py:b6144': lambda c: c.data.global_batch_size == 192,
     }

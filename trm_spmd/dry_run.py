@@ -4,10 +4,18 @@ import sys
 
 from trm_spmd import scale, tasks
 from trm_spmd.config import config_hash, validate
+from trm_spmd.data import mixture
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.flops import train_flops_per_example_step
 from trm_spmd.model.trm import TRM, trainable_param_count
 from trm_spmd.runtime import create_runtime
+
+
+def _task_line(config, cfg):
+    if not config.data.mixture:
+        return f'{config.data.task} (sequence {cfg.seq_len}, vocabulary {cfg.vocab_size})'
+    line = mixture.describe(tasks.mixture_maps(config), mixture.batch_rows(config.data))
+    return f'{line} (vocabulary {cfg.vocab_size})'
 
 
 def dry_run(config, source, print_fn=print):
@@ -27,7 +35,7 @@ def dry_run(config, source, print_fn=print):
         ('mesh', f'({data_axis}, {model_axis}) axes {tuple(runtime.axis_names)}'),
         ('devices', f'{runtime.device_count} total, {runtime.local_device_count} per host, '
                     f'{runtime.process_count} host(s), this is host {runtime.process_index}'),
-        ('task', f'{config.data.task} (sequence {cfg.seq_len}, vocabulary {cfg.vocab_size})'),
+        ('task', _task_line(config, cfg)),
         ('global batch', batch),
         ('per-host batch', batch // runtime.process_count),
         ('per-device batch', batch // data_axis),

@@ -4,6 +4,7 @@
   python -m trm_spmd.solve --checkpoint=runs/quickstart --file=puzzles.txt
   python -m trm_spmd.solve --checkpoint=runs/maze_cpu --puzzle='#S  ...'   (a maze: N*N characters)
   python -m trm_spmd.solve --checkpoint=runs/arc1 --task_json=00576224.json   (ARC: two attempts a test input)
+  python -m trm_spmd.solve --checkpoint=runs/multi_task --task=maze --file=mazes.txt   (one task of a multi-task run)
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
 them) or one checkpoint step directory. The model runs all halt_max_steps ACT steps, as the
@@ -36,7 +37,7 @@ from trm_spmd.model.losses import predictions
 from trm_spmd.model.trm import TRM
 from trm_spmd.runtime.native import fast_dtype
 from trm_spmd.tasks.arc import attempts, grid as arc_grid
-from trm_spmd.train.data import dataset_dir
+from trm_spmd.train.data import dataset_dir, member_configs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('checkpoint', None, 'run directory or checkpoint step directory')
@@ -48,6 +49,7 @@ flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_step
 flags.DEFINE_string('task_json', None, 'ARC: a task JSON file ({"train": [...], "test": [...]}) or an ARC Prize '
                     'challenges file (with --task_id)')
 flags.DEFINE_string('task_id', None, 'ARC: the task to solve in a challenges file (default: the file name)')
+flags.DEFINE_string('task', None, 'a multi-task run (data.mixture): the task of the puzzles (default its first)')
 
 
 def _run_dir_and_checkpoints(path):
@@ -96,8 +98,30 @@ def build_model(config, state, seq_len):
     return model
 
 
-def task_of(config):
-    return tasks.get(config.get('data', {}).get('task', 'sudoku'))
+def task_of(config, name=None):
+    """(the Task of the puzzles, and in a multi-task run the mixture.TokenMap of that task `name`
+    (default its first), else None)."""
+    names = tuple(config.get('data', {}).get('mixture', ()) or ()) or (config.get('data', {}).get('task', 'sudoku'),)
+    name = name or names[0]
+    if name not in names:
+        raise UserError(f'--task={name}: the run trained on {", ".join(names)}; pass one of them')
+    if len(names) == 1:
+        return tasks.get(name), None
+    return tasks.get(name), next(m for m in tasks.mixture_maps(config) if m.name == name)
+
+
+def solve_task(model, inputs, token_map, act_steps, identifiers=None):
+    """solve() of one task's puzzles; in a multi-task run through its token space and back."""
+    if token_map is None:
+        return solve(model, inputs, FLAGS.stop_when_confident, act_steps, identifiers)
+    inputs = np.asarray(inputs)
+    if inputs.shape[1] != token_map.seq_len:
+        raise UserError(f'the puzzles have {inputs.shape[1]} cells but the run trained {token_map.name} on '
+                        f'{token_map.seq_len}: give puzzles of its size')
+    ids = np.zeros(len(inputs), np.int32) if identifiers is None else identifiers
+    moved = token_map.to_mixture({'inputs': inputs, 'labels': np.zeros_like(inputs), 'puzzle_identifiers': ids})
+    results = solve(model, moved['inputs'], FLAGS.stop_when_confident, act_steps, moved['puzzle_identifiers'])
+    return [(token_map.answers(answer[None])[0], steps, confidence) for answer, steps, confidence in results]
 
 
 @torch.no_grad()
@@ -178,12 +202,14 @@ def read_puzzles(task):
     return good, bad
 
 
-def solve_arc(config, state, max_steps):
+def solve_arc(config, state, max_steps, token_map):
     """Two attempts at each test input of --task_json, by every augmented copy's vote."""
     if not FLAGS.task_json:
         raise UserError('an ARC run solves a task: pass --task_json=PATH (a task file, or an ARC Prize '
                         'challenges file with --task_id=ID)')
     task_id, task = attempts.read_task(FLAGS.task_json, FLAGS.task_id or '')
+    if token_map is not None:   # the ARC dataset of a multi-task run
+        config = next(c for c in member_configs(config) if c.data.task == token_map.name)
     identifiers = fs.join(dataset_dir(config), 'identifiers.json')
     if not fs.exists(identifiers):
         raise UserError(f'{identifiers} not found: solving needs the identifiers of the dataset the run trained on')
@@ -192,10 +218,10 @@ def solve_arc(config, state, max_steps):
     if not copies:
         print(f'warning: task {task_id} is not in the data the run trained on: it has no puzzle embedding and is '
               f'answered with the blank one, which TRM does not generalise from', file=sys.stderr)
-    model = build_model(config, state, arc_grid.GRID * arc_grid.GRID)
+    model = build_model(config, state, token_map.mixture_seq_len if token_map else arc_grid.GRID * arc_grid.GRID)
 
     def answer(inputs, ids):
-        results = solve(model, inputs, FLAGS.stop_when_confident, max_steps, ids)
+        results = solve_task(model, inputs, token_map, max_steps, ids)
         return np.stack([r[0] for r in results]), np.array([r[2] for r in results])
 
     print(attempts.report(task, attempts.attempt(answer, task_id, task, names), max(copies, 1)))
@@ -208,17 +234,17 @@ def main(argv):
     if FLAGS.act_steps < 0:
         raise UserError(f'--act_steps={FLAGS.act_steps} must be >= 1 (or 0: as trained)')
     config, state = load_run(FLAGS.checkpoint)
-    task = task_of(config)
+    task, token_map = task_of(config, FLAGS.task)
     if task.name == 'arc':
-        return solve_arc(config, state, FLAGS.act_steps or config.act.halt_max_steps)
+        return solve_arc(config, state, FLAGS.act_steps or config.act.halt_max_steps, token_map)
     puzzles, bad = read_puzzles(task)
     if not puzzles:
         raise UserError(bad[0] if len(bad) == 1 else f'no puzzle can be solved: {"; ".join(bad[:3])}')
     for message in bad:
         print(f'error: {message}', file=sys.stderr)
-    model = build_model(config, state, len(puzzles[0]))
+    model = build_model(config, state, token_map.mixture_seq_len if token_map else len(puzzles[0]))
     max_steps = FLAGS.act_steps or model.config.halt_max_steps
-    results = solve(model, np.stack(puzzles), FLAGS.stop_when_confident, max_steps)
+    results = solve_task(model, np.stack(puzzles), token_map, max_steps)
     correct = 0
     for inputs, (prediction, steps, confidence) in zip(puzzles, results):
         print(report(task, inputs, prediction, steps, confidence, max_steps), end='\n\n')

@@ -14,6 +14,7 @@ def apply_runlocal(c):
     c.model.forward_dtype = 'float32'
     c.act.halt_max_steps = min(c.act.halt_max_steps, 2)
     c.data.path = ''
+    c.data.mixture_paths = ()
     c.data.generate = True
     c.data.generate_train = 64
     c.data.generate_test = 16

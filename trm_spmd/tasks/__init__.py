@@ -19,8 +19,18 @@ NAMES = tuple(_MODULES)
 
 
 def sizes(config):
-    """{'seq_len', 'vocab_size'} the run config's task implies, for what runs without a dataset."""
+    """{'seq_len', 'vocab_size'(, 'num_puzzle_identifiers')} the run config's task (or mixture of
+    tasks) implies, for what runs without a dataset."""
+    if config.data.mixture:
+        from trm_spmd.data import mixture   # not at the top: the data layer imports this registry
+        return mixture.mixture_sizes(mixture_maps(config))
     return get(config.data.task).sizes(config.data)
+
+
+def mixture_maps(config):
+    """The mixture.TokenMap of each task of data.mixture, from the sizes the config implies."""
+    from trm_spmd.data import mixture
+    return mixture.token_maps(config.data.mixture, [get(name).sizes(config.data) for name in config.data.mixture])
 
 
 def get(name):

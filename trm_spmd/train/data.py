@@ -1,13 +1,15 @@
 """The run's dataset: found, or generated on first use (every host builds the same bytes),
-and read through its task (data.task) for what the layout does not say."""
+and read through its task (data.task) for what the layout does not say; or, with
+data.mixture, one dataset per task behind one token space (trm_spmd/data/mixture.py)."""
 
 import dataclasses
 import os
 
 from trm_spmd import tasks
+from trm_spmd.data import mixture
 from trm_spmd.data.dataset import DatasetError, load_split
 from trm_spmd.data.loader import EvalBatches, TrainBatches
-from trm_spmd.train.evaluate import DifficultyBuckets
+from trm_spmd.train.evaluate import DifficultyBuckets, Evaluator, MixtureEvaluator
 
 
 def default_data_root():
@@ -49,6 +51,10 @@ class Dataset:
         return int(self.train.metadata['num_puzzle_identifiers'])
 
     @property
+    def epoch_examples(self):
+        return self.train.epoch_examples
+
+    @property
     def ratings_known(self):
         return self.test.ratings is not None and bool((self.test.ratings[: 1 << 16] >= 0).any())
 
@@ -73,8 +79,70 @@ class Dataset:
         return EvalBatches(self.test, c.eval.global_batch_size, self.process_index, self.process_count,
                            c.eval.max_examples)
 
+    def evaluator(self, trainer, runtime, workdir, token_map=None):
+        return Evaluator(trainer, self.config, runtime, self.eval_batches(), self.difficulty_buckets(), workdir,
+                         self.scorer, token_map)
+
+
+@dataclasses.dataclass
+class Mixture:
+    """The datasets of a run on several tasks (data.mixture), behind the same surface as
+    one Dataset: the members' rows moved into one token space, sequence length and batch."""
+    members: list          # a Dataset per task, in data.mixture's order
+    maps: list             # a mixture.TokenMap per task
+    rows: list             # rows of every global batch per task
+    config: object
+
+    @property
+    def vocab_size(self):
+        return mixture.mixture_sizes(self.maps)['vocab_size']
+
+    @property
+    def seq_len(self):
+        return mixture.mixture_sizes(self.maps)['seq_len']
+
+    @property
+    def num_puzzle_identifiers(self):
+        return mixture.mixture_sizes(self.maps)['num_puzzle_identifiers']
+
+    @property
+    def epoch_examples(self):
+        """Every member's epoch once: the steps of an epoch pass over each member once where
+        the weights follow the members' epoch sizes."""
+        return sum(member.epoch_examples for member in self.members)
+
+    def describe(self):
+        return mixture.describe(self.maps, self.rows)
+
+    def train_batches(self):
+        first = self.members[0]
+        augments = [m.task.augmentation if self.config.data.augment else None for m in self.members]
+        return mixture.MixtureTrainBatches(self.maps, [m.train for m in self.members], self.rows, self.config.seed,
+                                           augments, first.process_index, first.process_count)
+
+    def evaluator(self, trainer, runtime, workdir):
+        return MixtureEvaluator([(m.name, member.evaluator(trainer, runtime, workdir, m))
+                                 for m, member in zip(self.maps, self.members)])
+
+
+def member_configs(config):
+    """A config per task of data.mixture (data.task and data.path its own), in order."""
+    d = config.data
+    paths = tuple(d.mixture_paths) or ('',) * len(d.mixture)
+    members = []
+    for name, path in zip(d.mixture, paths):
+        member = config.copy_and_resolve_references()
+        member.data.task, member.data.path, member.data.mixture = name, path, ()
+        members.append(member)
+    return members
+
 
 def open_dataset(config, runtime):
+    if config.data.mixture:
+        members = [open_dataset(member, runtime) for member in member_configs(config)]
+        sizes = [{'seq_len': m.seq_len, 'vocab_size': m.vocab_size, 'num_puzzle_identifiers': m.num_puzzle_identifiers}
+                 for m in members]
+        return Mixture(members, mixture.token_maps(config.data.mixture, sizes), mixture.batch_rows(config.data), config)
     task = tasks.get(config.data.task)
     path = dataset_dir(config)
     if config.data.generate and not os.path.isdir(path):

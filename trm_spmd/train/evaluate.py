@@ -63,9 +63,14 @@ class Evaluator:
     with 8 steps evaluated after 1, 2, ..., 32).
     """
 
-    def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir, scorer=None):
+    def __init__(self, trainer, config, runtime, eval_batches, buckets, workdir, scorer=None, token_map=None):
         self.model, self.ema, self.cfg, self.config = trainer.model, trainer.ema, trainer.cfg, config
         self.scorer = scorer   # the task's own score: () -> (name, object with add/result), or None
+        # A member of a mixture (data/mixture.py): its rows move into the mixture's tokens and
+        # identifiers on the way in, its answers back on the way out; its files carry its name.
+        self.token_map = token_map
+        self.num_ids = token_map.num_ids if token_map else self.cfg.num_puzzle_identifiers
+        self.file_tag = f'{token_map.name}_' if token_map else ''
         self.runtime = runtime
         self.batches = eval_batches
         self.buckets = buckets
@@ -108,6 +113,8 @@ class Evaluator:
                 bucket = self.buckets.ids(host_batch)
                 model_batch = {k: host_batch[k] for k in BATCH_KEYS}
                 model_batch['puzzle_identifiers'] = self._identifiers(index, host_batch['puzzle_identifiers'])
+                if self.token_map is not None:
+                    model_batch = self.token_map.to_mixture(model_batch)
                 batch = self.runtime.put_batch(model_batch | {'bucket': bucket})
                 carry = self._initial_carry()
                 all_halted = carry['halted']   # the fresh carry has every row halted
@@ -136,7 +143,8 @@ class Evaluator:
         if scorer is not None and self.runtime.is_main_host:
             scores, submission = scorer.result()
             result.update({f'eval/{task_name}/{k}': v for k, v in scores.items()})
-            fs.write_bytes(fs.join(self.workdir, 'eval', f'submission_{step}.json'), json.dumps(submission).encode())
+            fs.write_bytes(fs.join(self.workdir, 'eval', f'submission_{self.file_tag}{step}.json'),
+                           json.dumps(submission).encode())
         for depth in depths:
             if depth != self.act_steps:
                 summary = self._summarize(host[depth])
@@ -149,17 +157,19 @@ class Evaluator:
         one, or random ones (is the skill in the weights or in the per-puzzle embeddings?).
         Scoring always uses the true ones."""
         mode = self.config.eval.puzzle_ids
-        if mode == 'blank' or mode == 'random' and self.cfg.num_puzzle_identifiers <= 1:
+        if mode == 'blank' or mode == 'random' and self.num_ids <= 1:
             return np.zeros_like(identifiers)
         if mode == 'random':
             start, stop = self.runtime.host_slice(self.global_batch)
             u = row_uniforms([self.config.seed, _RANDOM_IDS, index], start, stop, 4)[:, 0]
-            return (1 + u * (self.cfg.num_puzzle_identifiers - 1)).astype(np.int32)
+            return (1 + u * (self.num_ids - 1)).astype(np.int32)
         return identifiers
 
     def _score(self, scorer, index, outputs):
         """Hands the global batch's answers to the task's scorer (on the main host)."""
         answers = self.runtime.to_host(predictions(outputs['logits']).to(torch.uint8)).numpy()
+        if self.token_map is not None:
+            answers = self.token_map.answers(answers)
         q_halt = self.runtime.to_host(outputs['q_halt_logits'].float()).numpy()
         rows = index * self.global_batch + np.arange(answers.shape[0])
         valid = rows < self.batches.num_examples
@@ -170,14 +180,17 @@ class Evaluator:
         keep = np.asarray(host_batch['valid'], dtype=bool)
         rows = slice(*self.runtime.host_slice(self.global_batch)) if self.runtime.global_view else slice(None)
         logits = outputs['logits'].float().cpu().numpy()[rows][keep]
+        answers = logits.argmax(-1)
+        if self.token_map is not None:   # the task's own positions; logits stay over the mixture's tokens
+            logits, answers = logits[:, :self.token_map.seq_len], self.token_map.answers(answers)
         return {'index': np.asarray(host_batch['index'])[keep], 'logits': logits,
                 'q_halt': outputs['q_halt_logits'].float().cpu().numpy()[rows][keep],
-                'predictions': logits.argmax(-1).astype(np.int8)}
+                'predictions': answers.astype(np.int8)}
 
     def _save_outputs(self, step, parts):
         buffer = io.BytesIO()
         np.savez(buffer, **{k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
-        fs.write_bytes(fs.join(self.workdir, 'eval', f'outputs_{step}.npz'), buffer.getvalue())
+        fs.write_bytes(fs.join(self.workdir, 'eval', f'outputs_{self.file_tag}{step}.npz'), buffer.getvalue())
 
     def _summarize(self, host):
         count = max(float(host['count']), 1.0)
@@ -192,4 +205,50 @@ class Evaluator:
         for label, n, exact in zip(self.buckets.labels, host['bucket_count'], host['bucket_exact']):
             if n > 0:
                 result[f'eval_by_difficulty/{label}'] = float(exact) / float(n)
+        return result
+
+
+# Per-row means the mixture reports as the mean over its tasks, each task counting once.
+_MEAN_OVER_TASKS = ('eval/exact_accuracy', 'eval/accuracy', 'eval/q_halt_accuracy', 'eval/steps', 'eval/lm_loss')
+
+
+def task_keys(name, result):
+    """A member task's eval metrics under its name: eval/K -> eval/<task>/K,
+    eval_by_difficulty/B -> eval_by_difficulty/<task>/B, eval_at_act_steps/D/K ->
+    eval_at_act_steps/D/<task>/K; the task's own scores (already eval/<task>/...) unchanged."""
+    named = {}
+    for key, value in result.items():
+        head, _, rest = key.partition('/')
+        if head == 'eval' and '/' not in rest:
+            key = f'eval/{name}/{rest}'
+        elif head == 'eval_by_difficulty':
+            key = f'eval_by_difficulty/{name}/{rest}'
+        elif head == 'eval_at_act_steps':
+            depth, _, metric = rest.partition('/')
+            key = f'eval_at_act_steps/{depth}/{name}/{metric}'
+        named[key] = value
+    return named
+
+
+class MixtureEvaluator:
+    """Evaluates every task of a mixture on its own test split (one Evaluator each): each
+    task's metrics under its name (task_keys), and the mixture's eval/exact_accuracy and
+    other per-row means as the mean over the tasks, so that a task with a larger test split
+    does not outweigh the others (the best checkpoint is picked by it)."""
+
+    def __init__(self, members):
+        self.members = members   # [(task name, Evaluator)]
+
+    def run(self, step, depths=(), interrupt=None):
+        result, per_task = {}, []
+        for name, evaluator in self.members:
+            metrics = evaluator.run(step, depths, interrupt)
+            if metrics is None:
+                return None
+            per_task.append(metrics)
+            result.update(task_keys(name, metrics))
+        shared = [k for k in per_task[0] if k in _MEAN_OVER_TASKS or k.startswith('eval_at_act_steps/')]
+        for key in shared:
+            result[key] = sum(metrics[key] for metrics in per_task) / len(per_task)
+        result['eval/count'] = sum(metrics['eval/count'] for metrics in per_task)
         return result

@@ -23,7 +23,6 @@ from trm_spmd.progress import format_duration
 from trm_spmd.runtime import create_runtime
 from trm_spmd.train.checkpoint_io import checkpoint_tree, initialize_from, restore_state
 from trm_spmd.train.data import open_dataset
-from trm_spmd.train.evaluate import Evaluator
 from trm_spmd.train.metrics import MetricWriter, TrainLog, read_metrics
 from trm_spmd.train.run_record import RunRecord
 from trm_spmd.train.schedule import curriculum_stages, itstime, schedule_steps, stage_at
@@ -85,7 +84,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     hosts.check_agreement(runtime, config)
     dataset = open_dataset(config, runtime)
     loader = dataset.train_batches()
-    total_steps, eval_every = schedule_steps(config, dataset.train.epoch_examples)
+    total_steps, eval_every = schedule_steps(config, dataset.epoch_examples)
     stages = curriculum_stages(config, total_steps)
     batch_size = config.data.global_batch_size
 
@@ -96,8 +95,9 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     if warning and runtime.is_main_host:
         print(warning, file=sys.stderr, flush=True)
     train_steps = compile_train_steps(trainer, config, runtime, total_steps)
-    evaluator = Evaluator(trainer, config, runtime, dataset.eval_batches(), dataset.difficulty_buckets(), workdir,
-                          dataset.scorer)
+    evaluator = dataset.evaluator(trainer, runtime, workdir)
+    if config.data.mixture and runtime.is_main_host:
+        print(dataset.describe(), flush=True)
 
     # ---- the run directory: a lease on it, its record, checkpoints and metrics ------------
     with contextlib.ExitStack() as cleanup:
@@ -113,7 +113,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
         writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard,
                                                     config if config.logging.wandb else None))
         cleanup.callback(runtime.wait)
-        log = TrainLog(writer, runtime, batch_size, total_steps, dataset.train.epoch_examples,
+        log = TrainLog(writer, runtime, batch_size, total_steps, dataset.epoch_examples,
                        flops_per_example, stages, eval_every)
         stop, last_eval = cleanup.enter_context(StopRequest()), {}
         try:

@@ -260,9 +260,15 @@ class TrainLog:
                   f'token accuracy {metrics["eval/accuracy"]:.4f}{scores}', flush=True)
 
 
+# A mixture's per-task copies of the generic eval metrics the progress line leaves out.
+_TASK_DETAIL = ('accuracy', 'q_halt_accuracy', 'steps', 'lm_loss', 'count', 'tasks')
+
+
 def task_scores(metrics):
-    """The keys of a task's own scores (eval/<task>/<score>, e.g. eval/arc/pass@2), sorted."""
-    return sorted(k for k in metrics if k.startswith('eval/') and k.count('/') == 2 and not k.endswith('/tasks'))
+    """The keys of each task's own scores (eval/<task>/<score>, e.g. eval/arc/pass@2, or a
+    mixture's eval/maze/exact_accuracy), sorted."""
+    return sorted(k for k in metrics if k.startswith('eval/') and k.count('/') == 2
+                  and k.rsplit('/', 1)[1] not in _TASK_DETAIL)
 
 
 _PROGRESS = (('train/loss', 'loss'), ('train/accuracy', 'acc'), ('train/exact_accuracy', 'exact'),
