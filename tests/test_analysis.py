@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from trm_spmd.analysis import load_runs
+from trm_spmd.analysis import load_runs, tables
 from trm_spmd.analysis.__main__ import UsageError, main
 from trm_spmd.analysis.plots import BaselineError, MatplotlibMissing, pareto_front
 from trm_spmd.analysis.runs import RunDiscoveryError, read_metrics
@@ -25,14 +25,14 @@ PLOT_FILES = ['learning_curves.png', 'accuracy_vs_compute.png', 'ablations.png',
 
 def write_run(root, rel, name, variant, *, T=3, n=6, batch=768, lr=1e-4, ema=True,
               status='done', total=1000, flops=None, lines=None, tail='', message='',
-              run_json=True, run_json_mtime=None):
+              run_json=True, run_json_mtime=None, data=None):
     d = root / rel
     d.mkdir(parents=True)
     config = {
         'name': name, 'variant': variant,
         'model': {'H_cycles': T, 'L_cycles': n, 'hidden_size': 512, 'L_layers': 2,
                   'mlp_t': True, 'grad_checkpointing': False},
-        'data': {'global_batch_size': batch},
+        'data': {'global_batch_size': batch, **(data or {})},
         'optim': {'lr': lr, 'name': 'adam_atan2'},
         'ema': {'enabled': ema},
         'act': {'halt_max_steps': 16, 'exploration_prob': 0.1, 'exploration_prob_final': 0.1},
@@ -280,7 +280,50 @@ def test_plot_writes_every_png(study, tmp_path, capsys):
         assert f'wrote   {path}' in out
         data = path.read_bytes()
         assert data[:8] == b'\x89PNG\r\n\x1a\n' and len(data) > 20_000, name
-    assert 'skipped' not in out
+    skipped = [line for line in out.splitlines() if 'skipped' in line]
+    assert len(skipped) == 1 and 'per_task.png' in skipped[0] and 'train one task' in skipped[0]
+
+
+@pytest.fixture(scope='module')
+def multi_task_study(tmp_path_factory):
+    root = tmp_path_factory.mktemp('multi_task_study')
+    steps = range(0, 501, 100)
+    write_run(root, 'sudoku', 'cpu_multitask', 'sudoku', data={'task': 'sudoku'},
+              lines=by_step(train_lines(OLD, steps) + [eval_line(OLD, 250, 0.3), eval_line(OLD, 500, 0.6)]))
+    write_run(root, 'maze', 'cpu_multitask', 'maze', data={'task': 'maze'},
+              lines=by_step(train_lines(OLD, steps) + [eval_line(OLD, 500, 0.2)]))
+    both = [eval_line(OLD, step, (s + m) / 2, **{'eval/sudoku/exact_accuracy': s, 'eval/maze/exact_accuracy': m,
+                                                 'eval_by_difficulty/sudoku/blanks_30-34': s,
+                                                 'eval_by_difficulty/maze/path_length_4-7': m})
+            for step, s, m in ((250, 0.25, 0.1), (500, 0.5, 0.3))]
+    write_run(root, 'sudoku_maze', 'cpu_multitask', 'sudoku_maze',
+              data={'task': 'sudoku', 'mixture': ['sudoku', 'maze']}, lines=by_step(train_lines(OLD, steps) + both))
+    return root
+
+
+def test_a_multi_task_study_is_compared_task_by_task(multi_task_study, capsys):
+    code, out, _ = run_cli(capsys, 'compare', multi_task_study)
+    assert code == 0
+    header, rows, _ = parse_markdown(out)
+    assert header[7:9] == ['final sudoku exact', 'final maze exact']
+    assert (rows['sudoku']['final sudoku exact'], rows['sudoku']['final maze exact']) == ('60.00%', '-')
+    assert (rows['maze']['final sudoku exact'], rows['maze']['final maze exact']) == ('-', '20.00%')
+    assert (rows['sudoku_maze']['final sudoku exact'], rows['sudoku_maze']['final maze exact']) == ('50.00%', '30.00%')
+    assert rows['sudoku_maze']['final exact acc'] == '40.00%'
+    runs = load_runs([str(multi_task_study)])
+    text = tables.compare_csv(runs)
+    header = text.splitlines()[0].split(',')
+    assert header[-2:] == ['final_exact_accuracy_sudoku', 'final_exact_accuracy_maze']
+    assert text.splitlines()[[r.label for r in runs].index('sudoku_maze') + 1].endswith(',0.5,0.3')
+
+
+def test_a_multi_task_study_plots_each_task_and_its_buckets(multi_task_study, tmp_path, capsys):
+    pytest.importorskip('matplotlib')
+    code, out, _ = run_cli(capsys, 'plot', multi_task_study, '--out', tmp_path)
+    assert code == 0, out
+    assert (tmp_path / 'per_task.png').read_bytes()[:4] == b'\x89PNG'
+    [mixed] = [r for r in load_runs([str(multi_task_study)]) if r.variant == 'sudoku_maze']
+    assert sorted(mixed.last_difficulty(by_task=True)[1]) == ['maze/path_length_4-7', 'sudoku/blanks_30-34']
 
 
 def test_act_steps_curve_includes_the_trained_depth(study):
@@ -385,7 +428,7 @@ def test_plot_skips_what_the_runs_cannot_show(bucket_study, capsys):
         memory_file(f'{out_dir}/tn_heatmap.png')
 
     code, out, _ = run_cli(capsys, 'plot', f'{bucket_study}/model_scaling', '--out', out_dir)
-    assert code == 0 and 'wrote' not in out and out.count('skipped') == len(PLOT_FILES)
+    assert code == 0 and 'wrote' not in out and out.count('skipped') == len(PLOT_FILES) + 1   # per_task.png too
     assert 'the older batch_scaling.png there is out of date' in out
 
 

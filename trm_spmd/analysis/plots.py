@@ -10,7 +10,7 @@ import math
 import re
 
 from trm_spmd import errors, fs
-from trm_spmd.analysis.runs import EVAL_EXACT, cfg, is_number
+from trm_spmd.analysis.runs import EVAL_EXACT, cfg, is_number, tasks_of
 
 DPI = 150
 INSTALL_HINT = 'pip install matplotlib (or the optional group: pip install "trm_spmd[plots]")'
@@ -239,6 +239,39 @@ def learning_curves(runs, baseline):
         _step_axis(ax)
     fig.tight_layout()
     _legend_below(fig, handles, [_legend_label(r) for r in shown])
+    return fig
+
+
+def per_task(runs, baseline):
+    """Held-out exact accuracy against steps, one panel per task: a multi-task run beside
+    the runs of each of its tasks alone."""
+    names = tasks_of(runs)
+    if len(names) < 2:
+        raise Skip('the runs train one task')
+    from matplotlib.lines import Line2D
+    fig = _figure(5.2 * len(names), 4.6)
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    colors = dict(zip((id(r) for r in runs), _colors(len(runs))))
+    shown = []
+    for ax, task in zip(axes, names):
+        for run in runs:
+            key = run.task_exact_key(task)
+            points = run.series(key) if key else []
+            if points:
+                steps, acc = zip(*points)
+                ax.plot(steps, [_pct(v) for v in acc], color=colors[id(run)], lw=1.4, marker='o', ms=3.5)
+                shown += [run] if run not in shown else []
+        if not ax.lines:
+            _note(ax, 'no eval yet')
+        ax.set_title(f'{task}: eval exact accuracy')
+        ax.set_ylabel(ACC_LABEL)
+        ax.set_ylim(-2, 102)
+        _step_axis(ax)
+    if not shown:
+        raise Skip('no run has evaluated a task yet')
+    fig.tight_layout()
+    shown = [r for r in runs if r in shown]
+    _legend_below(fig, [Line2D([], [], color=colors[id(r)], lw=2) for r in shown], [_legend_label(r) for r in shown])
     return fig
 
 
@@ -524,7 +557,8 @@ def _bucket_text(label):
 
 
 def difficulty(runs, baseline):
-    rows = [(r, r.last_difficulty()) for r in runs]
+    by_task = len(tasks_of(runs)) > 1
+    rows = [(r, r.last_difficulty(by_task)) for r in runs]
     rows = [(r, d[0], d[1]) for r, d in rows if d]
     if not rows:
         raise Skip('no run has logged eval_by_difficulty/* yet')
@@ -598,6 +632,7 @@ def act_steps(runs, baseline):
 
 PLOTS = [
     ('learning_curves.png', learning_curves),
+    ('per_task.png', per_task),
     ('accuracy_vs_compute.png', accuracy_vs_compute),
     ('ablations.png', ablations),
     ('tn_heatmap.png', tn_heatmap),

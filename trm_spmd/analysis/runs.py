@@ -83,6 +83,19 @@ class Run:
     def variant(self):
         return str(cfg(self.config, 'variant', '') or '')
 
+    @property
+    def tasks(self):
+        """The task families the run trains: data.mixture's, else data.task (runs before
+        data.task existed were Sudoku)."""
+        return tuple(cfg(self.config, 'data.mixture') or ()) or (str(cfg(self.config, 'data.task', 'sudoku')),)
+
+    def task_exact_key(self, task):
+        """The key of `task`'s held-out exact accuracy in this run's metrics; None when the
+        run does not train it (a mixture logs each task's as eval/<task>/exact_accuracy)."""
+        if task not in self.tasks:
+            return None
+        return f'eval/{task}/exact_accuracy' if len(self.tasks) > 1 else EVAL_EXACT
+
     def sort_key(self):
         return (natural_key(self.name), natural_key(self.variant), natural_key(self.label))
 
@@ -156,17 +169,20 @@ class Run:
         """[(ACT steps, exact accuracy)] of the newest eval that reported other depths
         (eval.report_act_steps), with its own depth; None when no eval did."""
         for record in reversed(self.records):
-            points = {int(k.split('/')[1]): v for k, v in record.items()
-                      if k.startswith(ACT_STEPS_PREFIX) and k.endswith('/exact_accuracy') and is_number(v)}
+            points = {int(k.split('/')[1]): v for k, v in record.items()   # not a mixture's per-task ones
+                      if k.startswith(ACT_STEPS_PREFIX) and k.count('/') == 2 and k.endswith('/exact_accuracy')
+                      and is_number(v)}
             if points and is_number(record.get(EVAL_EXACT)) and is_number(record.get('eval/steps')):
                 points[round(record['eval/steps'])] = record[EVAL_EXACT]
                 return sorted(points.items())
         return None
 
-    def last_difficulty(self):
-        """(step, {bucket label: exact accuracy}) of the newest eval with difficulty buckets."""
+    def last_difficulty(self, by_task=False):
+        """(step, {bucket label: exact accuracy}) of the newest eval with difficulty buckets;
+        by_task: every label as <task>/<bucket> (a mixture logs its buckets so)."""
+        prefix = f'{self.tasks[0]}/' if by_task and len(self.tasks) == 1 else ''
         for record in reversed(self.records):
-            buckets = {k[len(DIFFICULTY_PREFIX):]: v for k, v in record.items()
+            buckets = {prefix + k[len(DIFFICULTY_PREFIX):]: v for k, v in record.items()
                        if k.startswith(DIFFICULTY_PREFIX) and is_number(v)}
             if buckets:
                 return record['step'], buckets
@@ -388,3 +404,8 @@ def load_runs(patterns, now=None, stale_after_s=DEFAULT_STALE_AFTER_S):
     for run, label in zip(runs, _labels(paths)):
         run.label = label
     return sorted(runs, key=Run.sort_key)
+
+
+def tasks_of(runs):
+    """Every task family the runs train: a mixture's in its order first, then the others'."""
+    return list(dict.fromkeys(task for run in sorted(runs, key=lambda r: -len(r.tasks)) for task in run.tasks))

@@ -9,7 +9,7 @@ import io
 import json
 import math
 
-from trm_spmd.analysis.runs import cfg
+from trm_spmd.analysis.runs import cfg, tasks_of
 
 MISSING = '-'
 
@@ -130,17 +130,36 @@ COMPARE_HEADERS = ['run', 'config', 'variant', 'status', 'best exact acc', 'best
                    'final exact acc', 'steps', 'wall (h:mm)', 'PFLOP', 'examples']
 
 
+def task_columns(runs):
+    """{CSV column: task} of each task's final held-out exact accuracy, when the runs train
+    more than one task (a multi-task run beside each task alone); {} otherwise."""
+    names = tasks_of(runs)
+    return {f'final_exact_accuracy_{task}': task for task in names} if len(names) > 1 else {}
+
+
+def _task_finals(run, columns):
+    values = {}
+    for column, task in columns.items():
+        key = run.task_exact_key(task)
+        values[column] = run.last_value(key) if key else None
+    return values
+
+
 def compare_markdown(runs):
+    columns = task_columns(runs)
     rows = []
     for run in runs:
         s = summary(run)
+        finals = _task_finals(run, columns)
         rows.append([
             s['run'], s['name'] or MISSING, s['variant'] or MISSING, s['status'],
             fmt_pct(s['best_exact_accuracy']), fmt_int(s['best_step']),
-            fmt_pct(s['final_exact_accuracy']), fmt_steps(s['steps_done'], s['total_steps']),
+            fmt_pct(s['final_exact_accuracy']), *(fmt_pct(finals[c]) for c in columns),
+            fmt_steps(s['steps_done'], s['total_steps']),
             fmt_hmm(s['wall_time_s']), fmt_num(s['pflop']), fmt_int(s['examples']),
         ])
-    return _markdown(COMPARE_HEADERS, rows, right_aligned=set(range(4, 11)))
+    headers = COMPARE_HEADERS[:7] + [f'final {task} exact' for task in columns.values()] + COMPARE_HEADERS[7:]
+    return _markdown(headers, rows, right_aligned=set(range(4, len(headers))))
 
 
 def _csv_cell(value):
@@ -152,12 +171,13 @@ def _csv_cell(value):
 
 
 def compare_csv(runs):
+    extra = task_columns(runs)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator='\n')
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(CSV_COLUMNS + list(extra))
     for run in runs:
-        s = summary(run)
-        writer.writerow([_csv_cell(s[c]) for c in CSV_COLUMNS])
+        s = summary(run) | _task_finals(run, extra)
+        writer.writerow([_csv_cell(s[c]) for c in CSV_COLUMNS + list(extra)])
     return out.getvalue()
 
 
