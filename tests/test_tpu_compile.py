@@ -261,3 +261,39 @@ def test_projection_finds_and_uses_the_compiler_estimate(tmp_path):
     (tmp_path / 'other.json').write_text(json.dumps({'benchmark': 'step_time', 'results': {}}))
     with pytest.raises(UserError, match='no tpu_compile result'):
         projection.compiled_mfu(str(tmp_path / 'other.json'))
+
+
+def test_the_study_compiles_each_distinct_train_step_once(monkeypatch):
+    from benchmarks import projection, tpu_compile_study
+    monkeypatch.chdir(REPO)
+    specs = tpu_compile_study.study_specs()
+    runs, steps = tpu_compile_study.plan(specs)
+    assert len(runs) == len(specs) and len(steps) < len(specs)
+    key = {spec: [k for _, k, _ in parts] for spec, (_, parts) in runs.items()}
+    base = key['configs/baseline.py:e1_1_baseline']
+    # An lr, a warmup or a run length changes nothing the chip runs; EMA, batch and T/n do.
+    for same in ('configs/advanced.py:lr_3e-4', 'configs/advanced.py:no_warmup', 'configs/advanced.py:longer'):
+        assert key[same] == base, same
+    for other in ('configs/ablations.py:ema_off', 'configs/batch_scaling.py:b256', 'configs/tn_sweep.py:t2_n2',
+                  'configs/contributions.py:multi_task', 'configs/arc.py:arc1'):
+        assert key[other] != base, other
+    shares, keys, overrides = zip(*runs['configs/contributions.py:curriculum_recursion'][1])
+    assert sum(shares) == pytest.approx(1.0) and keys[2] == base[0]     # its last stage is the baseline's step
+    assert overrides[0] == {'curriculum.enabled': False, 'model.H_cycles': 1, 'model.L_cycles': 2}
+
+    # The table weighs the stages; a step that failed or was not compiled yet says so.
+    def step(ms, fits=True):
+        return {'train_step': {'estimated_step_ms': ms, 'analytic_flops_per_chip': 1e12,
+                               'memory': {'total_with_donation_bytes': 2**30, 'fits': fits}}}
+    kept = {k: step(10.0) for k in steps}
+    kept[keys[0]], kept[keys[1]] = step(2.0), step(5.0)
+    kept[key['configs/arc.py:arc2'][0]] = {'error': 'RESOURCE_EXHAUSTED: 40 GiB'}
+    del kept[key['configs/maze.py:paper'][0]]
+    tpu_slice = projection.parse_slice('v4-64')
+    lines, rows = tpu_compile_study.table(runs, kept, tpu_slice)
+    by_run = {row['run']: row for row in rows}
+    assert by_run['configs/contributions.py:curriculum_recursion']['step_ms'] == pytest.approx(
+        0.3 * 2.0 + 0.3 * 5.0 + 0.4 * 10.0, rel=1e-3)
+    assert by_run['configs/arc.py:arc2']['error'].startswith('RESOURCE_EXHAUSTED')
+    assert 'step_ms' not in by_run['configs/maze.py:paper']
+    assert any('maze.py:paper | 768 | not compiled yet' in line for line in lines)
