@@ -72,6 +72,22 @@ def copy_before_last_checkpoint(workdir, copy, step):
     return copy
 
 
+def assert_resume_is_exact(workdir, copy, step, train):
+    """Resumes a copy of the finished run `workdir` from its checkpoint before `step` with
+    train(copy_dir); its final state and data position must equal the straight run's.
+    Returns (meta, flattened state) of the straight run."""
+    resumed = copy_before_last_checkpoint(workdir, copy, step)
+    train(str(resumed))
+    step_a, state_a, meta_a = final_state(workdir)
+    step_b, state_b, meta_b = final_state(resumed)
+    assert step_a == step_b == step and meta_a['loader'] == meta_b['loader']
+    flat_a, flat_b = flatten(state_a), flatten(state_b)
+    assert flat_a.keys() == flat_b.keys()
+    for key in flat_a:
+        np.testing.assert_array_equal(flat_a[key], flat_b[key], err_msg=key)
+    return meta_a, flat_a
+
+
 def flatten(tree, prefix=''):
     out = {}
     for key, value in tree.items():

@@ -29,6 +29,7 @@ from ml_collections import ConfigDict
 
 from trm_spmd import errors, fs, orbax_noise, tasks
 from trm_spmd.checkpoint import Checkpointer
+from trm_spmd.data import mixture
 from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
 from trm_spmd.model.act import act_step, initial_carry
@@ -98,16 +99,22 @@ def build_model(config, state, seq_len):
     return model
 
 
-def task_of(config, name=None):
+def task_of(config, name=None, state=None):
     """(the Task of the puzzles, and in a multi-task run the mixture.TokenMap of that task `name`
-    (default its first), else None)."""
+    (default its first), else None). The maps follow from the config, but for the identifiers
+    of an ARC set, which only its dataset knows: the trained table's rows (`state`) tell them,
+    since every other task has its blank identifier only."""
     names = tuple(config.get('data', {}).get('mixture', ()) or ()) or (config.get('data', {}).get('task', 'sudoku'),)
     name = name or names[0]
     if name not in names:
         raise UserError(f'--task={name}: the run trained on {", ".join(names)}; pass one of them')
     if len(names) == 1:
         return tasks.get(name), None
-    return tasks.get(name), next(m for m in tasks.mixture_maps(config) if m.name == name)
+    sizes = [dict(tasks.get(n).sizes(config.data), num_puzzle_identifiers=1) for n in names]
+    if state is not None and 'puzzle_emb' in state['model'] and 'arc' in names:
+        rows = np.asarray(state['model']['puzzle_emb']).shape[0]
+        sizes[names.index('arc')]['num_puzzle_identifiers'] = rows - (len(names) - 1)
+    return tasks.get(name), next(m for m in mixture.token_maps(names, sizes) if m.name == name)
 
 
 def solve_task(model, inputs, token_map, act_steps, identifiers=None):
@@ -234,7 +241,7 @@ def main(argv):
     if FLAGS.act_steps < 0:
         raise UserError(f'--act_steps={FLAGS.act_steps} must be >= 1 (or 0: as trained)')
     config, state = load_run(FLAGS.checkpoint)
-    task, token_map = task_of(config, FLAGS.task)
+    task, token_map = task_of(config, FLAGS.task, state)
     if task.name == 'arc':
         return solve_arc(config, state, FLAGS.act_steps or config.act.halt_max_steps, token_map)
     puzzles, bad = read_puzzles(task)
