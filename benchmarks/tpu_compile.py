@@ -67,6 +67,7 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     if 'ema_swap' in graphs and len(graphs) > 1:
         raise ValueError('trace ema_swap on its own: it writes the parameters the other graphs read')
     runtime.compile = lambda fn, name, max_graphs=None: fn
+    runtime.trace_only = True
     batch = config.data.global_batch_size
     eval_batch = config.eval.global_batch_size
     total_steps = projection.run_steps(config, batch)
@@ -231,6 +232,21 @@ def time_by_category(cycles, weights):
     return {k: v / whole for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
+def kernel_roofline(calls, tpu_slice):
+    """The Mosaic kernels of a module (the token mix's, xla.token_mix_kernel), which libtpu's
+    cost model gives no time: their count, the MXU FLOPs and HBM bytes they need and their
+    roofline time per chip (FLOPs at the chip's peak or bytes at its HBM bandwidth, whichever
+    is longer; their elementwise work is not in it). None without kernels."""
+    if not calls:
+        return None
+    from trm_spmd.hardware import HBM_GBPS
+    from trm_spmd.runtime.token_mix_kernel import call_figures
+    figures = [call_figures(results, operands) for results, operands in calls]
+    peak, bandwidth = tpu_slice.peak_tflops * 1e12, HBM_GBPS[tpu_slice.kind] * 1e9
+    return {'calls': len(calls), 'mxu_flops': sum(f for f, _ in figures), 'bytes': sum(b for _, b in figures),
+            'roofline_seconds': sum(max(f / peak, b / bandwidth) for f, b in figures)}
+
+
 def graph_figures(meta, compiled, tpu_slice):
     """The compiler's figures of one graph next to the analytic ones, per chip."""
     memory = dict(compiled['memory'])
@@ -244,11 +260,20 @@ def graph_figures(meta, compiled, tpu_slice):
     batch = meta['global_batch']
     analytic = meta['analytic_flops_per_example'] * batch / tpu_slice.chips
     by_category = time_by_category(compiled.get('cycles', []), meta.get('weights', {}))
-    compiled = {**{k: v for k, v in compiled.items() if k != 'cycles'}, 'time_by_category': by_category}
+    kernels = kernel_roofline(compiled.get('mosaic_kernels', []), tpu_slice)
+    seconds = compiled['optimal_seconds']
+    if kernels and seconds:
+        # The kernels' roofline joins the cost model's time, as a category of its own.
+        rest = seconds
+        seconds += kernels['roofline_seconds']
+        by_category = {k: v * rest / seconds for k, v in by_category.items()}
+        by_category['token mix kernels (roofline)'] = kernels['roofline_seconds'] / seconds
+        by_category = dict(sorted(by_category.items(), key=lambda kv: -kv[1]))
+    compiled = {**{k: v for k, v in compiled.items() if k not in ('cycles', 'mosaic_kernels')},
+                'time_by_category': by_category, 'kernels': kernels}
     out = {**meta, **compiled, 'memory': memory, 'per_chip_batch': batch / tpu_slice.chips,
            'analytic_flops_per_chip': analytic,
            'compiler_to_analytic_flops': compiled['flops'] / analytic if analytic else None}
-    seconds = compiled['optimal_seconds']
     if seconds and analytic:
         out['estimated_step_ms'] = seconds * 1e3
         out['estimated_mfu'] = analytic / seconds / (tpu_slice.peak_tflops * 1e12)
@@ -328,7 +353,14 @@ def report_lines(name, r, tpu_slice, target_ms):
     if r['optimal_seconds'] is None:
         lines.append('  cost model       libtpu gave no time estimate for this module')
     else:
-        lines.append(f'  cost model       {r["optimal_seconds"] * 1e3:.3f} ms per execution (compiler estimate, not a measurement)')
+        kernels = r.get('kernels')
+        lines.append(f'  cost model       {r["optimal_seconds"] * 1e3:.3f} ms per execution (compiler estimate, not a measurement)'
+                     + (' for all but the kernels' if kernels else ''))
+        if kernels:
+            lines.append(f'  kernels          {kernels["calls"]} Pallas kernel calls (token mix), no cost-model time: '
+                         f'{kernels["mxu_flops"] / 1e12:.3g} TFLOP on the MXU (positions padded to its tiles), '
+                         f'{_mb(kernels["bytes"])} of HBM traffic; at their roofline '
+                         f'{kernels["roofline_seconds"] * 1e3:.3f} ms, added below (a bound, not a measurement)')
         if name == 'train_step' and r.get('estimated_mfu') is not None:
             floor_ms = r['analytic_flops_per_chip'] / (tpu_slice.peak_tflops * 1e12) * 1e3
             lines.append(f'  projected        {r["estimated_step_ms"]:.1f} ms/step, {r["estimated_examples_per_s"]:,.0f} examples/s, '

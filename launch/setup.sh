@@ -33,7 +33,10 @@ case "$pyver" in
   *) echo "setup.sh: Python $pyver is not supported (torch_xla 2.9 needs 3.10-3.12); set TRM_SPMD_PYTHON" >&2; exit 1 ;;
 esac
 
-key="$( { cat "$repo/requirements.lock"; echo "python=$pyver tpu=$tpu $(uname -sm)"; } | sha256sum | cut -c1-12)"
+# A TPU VM's environment also holds torch_xla's Pallas extra (its jax), hence its own key.
+flavour="tpu=$tpu"
+[ "$tpu" = 1 ] && flavour="tpu=1 pallas"
+key="$( { cat "$repo/requirements.lock"; echo "python=$pyver $flavour $(uname -sm)"; } | sha256sum | cut -c1-12)"
 root="${TRM_SPMD_ENV_ROOT:-$HOME/.cache/trm_spmd}"
 venv="$root/venv-$key"
 py="$venv/bin/python"
@@ -55,15 +58,16 @@ if [ ! -f "$venv/.complete" ]; then
   say "step 2/3: pinned packages from requirements.lock"
   lock="$repo/requirements.lock"
   if [ "$tpu" = 1 ]; then
-    # torch_xla[tpu] pins its own libtpu (the runtime of the TPU VM); the lock's libtpu is
-    # the compile-only TPU compiler of benchmarks/tpu_compile.py, for machines without a TPU.
+    # torch_xla[tpu,pallas] pins its own libtpu (the runtime of the TPU VM) and the jax that
+    # lowers Pallas kernels for it (xla.token_mix_kernel); the lock's libtpu and jax are the
+    # compile-only TPU compiler of benchmarks/tpu_compile.py, for machines without a TPU.
     lock="$venv.requirements"
-    grep -v '^libtpu==' "$repo/requirements.lock" > "$lock"
+    grep -v -E '^(libtpu|jax|jaxlib)==' "$repo/requirements.lock" > "$lock"
   fi
   "$py" -m pip install --disable-pip-version-check --progress-bar off -r "$lock" >&2
   if [ "$tpu" = 1 ]; then
-    say "step 2b/3: libtpu for TPU VMs"
-    "$py" -m pip install --disable-pip-version-check 'torch_xla[tpu]==2.9.0' >&2
+    say "step 2b/3: libtpu and Pallas for TPU VMs"
+    "$py" -m pip install --disable-pip-version-check 'torch_xla[tpu,pallas]==2.9.0' >&2
   fi
   touch "$venv/.complete"
   say "environment ready in $((SECONDS - start)) s"

@@ -24,7 +24,8 @@ sys.path.insert(0, REPO)
 from benchmarks import tpu_compile  # noqa: E402
 
 # An optimised TPU module in miniature: an async all-reduce of a tuple, a synchronous
-# all-gather, a fused computation holding a dot, 64-bit split custom calls outside fusions.
+# all-gather, a fused computation holding a dot, 64-bit split custom calls outside fusions,
+# a Pallas kernel (tpu_custom_call).
 HLO = """HloModule m, entry_computation_layout={(f32[8,4]{1,0})->f32[8,4]{1,0}}
 
 %add (x: f32[], y: f32[]) -> f32[] {
@@ -52,6 +53,7 @@ ENTRY %main (p0: f32[8,4], p1: s64[]) -> f32[8,4] {
   %all-reduce-start.1 = (f32[8,4]{1,0}, bf16[8,4]{1,0}) all-reduce-start(%dot.2, %fusion.1), replica_groups={{0,1}}, to_apply=%add
   %all-reduce-done.1 = (f32[8,4]{1,0}, bf16[8,4]{1,0}) all-reduce-done(%all-reduce-start.1)
   %all-gather.3 = f32[16,4]{1,0} all-gather(%p0), dimensions={0}, replica_groups={{0,1}}
+  %k = (bf16[8,4]{1,0:T(8,128)}, f32[2,4,4]{2,1,0}) custom-call(%cv, %w), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {}}
   ROOT %r = f32[8,4]{1,0} get-tuple-element(%all-reduce-done.1), index=0
 }
 """
@@ -110,10 +112,38 @@ def test_cost_model_cycles_by_weight_and_kind():
 
 
 def test_cost_model_time_takes_back_the_custom_calls_it_cannot_estimate():
-    assert tpu_aot.unestimated_custom_calls(HLO) == 2       # the fused one is not counted
+    assert tpu_aot.unestimated_custom_calls(HLO) == 2       # neither the fused one nor the kernel
     assert tpu_aot.cost_model_seconds(-2 + 0.05, HLO) == pytest.approx(0.05)
     assert tpu_aot.cost_model_seconds(-3.0, HLO) is None
     assert tpu_aot.cost_model_seconds(None, HLO) is None
+
+
+def test_pallas_kernels_are_found_with_their_operand_shapes():
+    assert tpu_aot.mosaic_kernels(HLO) == [([(8, 4), (2, 4, 4)], [(8, 4), (4, 4)])]
+
+
+def test_a_step_with_kernels_adds_their_roofline_to_the_estimate_and_says_so():
+    tpu_slice, _ = tpu_compile.slice_topology('v4-64')
+    x, wgu, wd = (192, 97, 512), (1024, 97), (97, 512)
+    kernels = [([x], [x, wgu, wd])] * 2 + [([x, (2,) + wgu, (2,) + wd], [x, x, wgu, wd])]
+    meta = {'global_batch': 6144, 'analytic_flops_per_example': 1e9, 'donated_bytes': 0, 'what': 'train'}
+    compiled = {'memory': {'argument_bytes': 0, 'output_bytes': 0, 'alias_bytes': 0, 'temp_bytes': 0,
+                           'generated_code_bytes': 0, 'total_bytes': 0, 'hbm_bytes': 32 * 2 ** 30},
+                'flops': 1e12, 'optimal_seconds': 0.040, 'mosaic_kernels': kernels,
+                'cycles': [('fusion:kLoop', 300, None), ('copy', 100, None)]}
+    r = tpu_compile.graph_figures(meta, compiled, tpu_slice)
+    # Per call, products of 192 x 512 x 512 x (97 positions as 128 lanes or 104 rows) MACs
+    # at 275 TFLOP/s: a forward 2 + 1, a backward 5 + 4.
+    lanes, rows = 2 * 192 * 512 * 128 * 512, 2 * 192 * 512 * 104 * 512
+    roofline = (2 * (2 * lanes + rows) + 5 * lanes + 4 * rows) / 275e12
+    assert r['kernels']['calls'] == 3 and r['kernels']['roofline_seconds'] == pytest.approx(roofline)
+    assert r['estimated_step_ms'] == pytest.approx((0.040 + roofline) * 1e3)
+    shares = r['time_by_category']
+    assert shares['token mix kernels (roofline)'] == pytest.approx(roofline / (0.040 + roofline))
+    assert shares['elementwise and reductions (fusions)'] == pytest.approx(0.75 * 0.040 / (0.040 + roofline))
+    lines = '\n'.join(tpu_compile.report_lines('eval_step', {**r, 'collectives': {}, 'matmuls': {}, 'compile_s': 1,
+                                                               'instructions': 1}, tpu_slice, 17))
+    assert 'for all but the kernels' in lines and '3 Pallas kernel calls' in lines and 'a bound, not a measurement' in lines
 
 
 def test_shape_bytes():
@@ -234,6 +264,31 @@ def test_train_step_compiled_for_v4_8_all_reduces_gradients_once_and_fits(tmp_pa
     assert 'no step was run or timed' in record['notes']
 
 
+def test_the_token_mix_kernels_are_compiled_into_the_step_with_their_roofline(tmp_path):
+    """xla.token_mix_kernel end to end without a TPU: torch_xla traces the kernels' custom
+    calls under manual sharding, libtpu compiles them for a v4-8, each chip runs them on its
+    own examples (no activation gathered) and the weight gradients are still summed once."""
+    reason = _compiler_or_reason()
+    if reason:
+        pytest.skip(reason)
+    from conftest import run_in_subprocess
+    done = run_in_subprocess(
+        [os.path.join(REPO, 'benchmarks', 'tpu_compile.py'), '--config=configs/baseline.py:runlocal',
+         '--config.model.forward_dtype=bfloat16', '--config.model.hidden_size=128', '--config.xla.token_mix_kernel=True',
+         '--slice=v4-8', '--graphs=train_step', f'--out={tmp_path}'],
+        devices=1, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [path] = tmp_path.glob('tpu_compile_v4-8_*.json')
+    r = json.loads(path.read_text())['results']['graphs']['train_step']
+    # Per block: every network call's forward, and a backward for the calls of the last cycle.
+    H, L = r['H_cycles'], r['L_cycles']
+    assert r['kernels']['calls'] == 2 * (H * (L + 1) + (L + 1))
+    assert set(r['collectives']) == {'all-reduce'}, r['collectives']
+    assert 0.95 * r['parameter_bytes'] <= r['collectives']['all-reduce']['bytes'] <= 1.1 * r['parameter_bytes'] + 4096
+    assert not any(k.startswith('matmul mlp_t') for k in r['time_by_category'])
+    assert r['time_by_category']['token mix kernels (roofline)'] > 0 and r['memory']['fits']
+
+
 def test_projection_finds_and_uses_the_compiler_estimate(tmp_path):
     from benchmarks import projection
 
@@ -297,3 +352,18 @@ def test_the_study_compiles_each_distinct_train_step_once(monkeypatch):
     assert by_run['configs/arc.py:arc2']['error'].startswith('RESOURCE_EXHAUSTED')
     assert 'step_ms' not in by_run['configs/maze.py:paper']
     assert any('maze.py:paper | 768 | not compiled yet' in line for line in lines)
+
+
+def test_the_token_mix_benchmark_compiles_both_versions_for_one_chip():
+    reason = _compiler_or_reason()
+    if reason:
+        pytest.skip(reason)
+    from conftest import run_in_subprocess
+    done = run_in_subprocess([os.path.join(REPO, 'benchmarks', 'token_mix_kernel.py'), '--rows_per_chip=4'],
+                             devices=1, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith('token-mixing sublayer per chip: x [4 x 97 x 512]') and '(compile only)' in lines[0]
+    for label, line in zip(('forward', 'forward+backward'), lines[1:]):
+        assert re.match(rf'{re.escape(label)}: XLA \d+ MB, cost model [\d.]+ ms; kernels compiled by libtpu', line), line
+        assert 'roofline' in line and 'a bound' in line

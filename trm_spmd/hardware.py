@@ -16,6 +16,10 @@ PEAK_BF16_TFLOPS = {
     'l40s': 362.0,
 }
 
+# HBM bandwidth in GB/s per chip (TPU), from the same spec sheets: for rooflines of kernels
+# the TPU compiler's cost model cannot time (benchmarks/tpu_compile.py).
+HBM_GBPS = {'tpu-v4': 1200.0, 'tpu-v5e': 819.0, 'tpu-v5p': 2765.0, 'tpu-v6e': 1640.0}
+
 # (pattern on the lower-cased device description, canonical kind); first match wins.
 # TPU descriptions come as accelerator types ('v4-64', 'v5litepod-16') or PJRT device
 # kinds ('TPU v4', 'TPU v5 lite', 'TPU v5', 'TPU v6 lite'); GPUs as torch.cuda names.

@@ -145,6 +145,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.xla = x = ml_collections.ConfigDict()
     x.cache_dir = ''             # persistent compilation cache: '' -> ~/.cache/trm_spmd/xla_cache on TPU, 'none' -> off
     x.max_different_graphs = 8
+    x.token_mix_kernel = False   # each block's token-mixing sublayer (model.mlp_t) as Pallas kernels; TPU only
 
     c.native = n = ml_collections.ConfigDict()
     n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...

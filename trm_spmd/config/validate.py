@@ -70,6 +70,12 @@ def validate(config, device_count=None, process_count=1):
             ('none', 'default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'))
     _one_of(c.data.task, 'data.task', tasks.NAMES)
     _check_mixture(c.data)
+    if c.xla.token_mix_kernel:
+        _check(c.model.mlp_t, 'xla.token_mix_kernel=True computes the token-mixing MLP: it needs model.mlp_t=True')
+        _check(c.backend != 'native', 'xla.token_mix_kernel=True is a TPU kernel: it needs backend xla '
+                                      '(or auto on a TPU VM)')
+        _check(c.model.hidden_size % 128 == 0, f'xla.token_mix_kernel=True tiles the channels by 128: '
+                                               f'model.hidden_size={c.model.hidden_size} must be a multiple of 128')
     try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig; sizes: the task's
         TRMConfig.from_config(c, **tasks.sizes(c))
     except ModelConfigError as e:

@@ -21,7 +21,12 @@ PUZZLE_EMB = 'puzzle_emb'
 
 
 class Block(nn.Module):
-    """Post-norm: token mix (MLP over positions or self-attention), then a channel SwiGLU."""
+    """Post-norm: token mix (MLP over positions or self-attention), then a channel SwiGLU.
+
+    token_mix_fn (set by a backend, TRM.use_token_mix_kernel): fn(h, gate_up weight, down
+    weight, eps) -> rms_norm(h + mlp_t(h), eps, dim=1), the token-mixing sublayer computed by
+    a kernel.
+    """
 
     def __init__(self, cfg: TRMConfig):
         super().__init__()
@@ -32,9 +37,12 @@ class Block(nn.Module):
         else:
             self.self_attn = Attention(cfg.hidden_size, cfg.num_heads)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
+        self.token_mix_fn = None
 
     def forward(self, h, rope=None, mask=None):
-        if self.mlp_t_mixing:
+        if self.token_mix_fn is not None:
+            h = self.token_mix_fn(h, self.mlp_t.gate_up_proj.weight, self.mlp_t.down_proj.weight, self.eps)
+        elif self.mlp_t_mixing:
             # The reference transposes to [B, D, L] and normalises over L; same math on axis 1.
             h = rms_norm(h + self.mlp_t(h), self.eps, dim=1)
         else:
@@ -108,6 +116,14 @@ class TRM(nn.Module):
         for module in self.modules():
             if isinstance(module, CastedLinear):
                 module.float32_weight_grad = enabled
+        return self
+
+    def use_token_mix_kernel(self, fn):
+        """Every block's token-mixing sublayer, rms_norm(h + mlp_t(h)) over positions,
+        computed by fn (Block.token_mix_fn): a backend's kernel (XlaRuntime.token_mix_kernel)."""
+        for module in self.modules():
+            if isinstance(module, Block) and module.mlp_t_mixing:
+                module.token_mix_fn = fn
         return self
 
     # ---- parameter groups ----------------------------------------------------

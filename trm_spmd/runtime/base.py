@@ -5,6 +5,7 @@ import os
 import torch
 
 from trm_spmd.batch import host_rows
+from trm_spmd.errors import UserError
 
 
 class Runtime:
@@ -66,6 +67,12 @@ class Runtime:
 
     def compile(self, fn, name, max_graphs=None):
         raise NotImplementedError
+
+    def token_mix_kernel(self):
+        """fn(h, gate_up weight, down weight, eps) -> rms_norm(h + mlp_t(h)) over positions: a
+        block's token-mixing sublayer as this backend's kernel (TRM.use_token_mix_kernel)."""
+        raise UserError(f'xla.token_mix_kernel=True runs Pallas kernels on a TPU; the {self.name} backend '
+                        'has none: set xla.token_mix_kernel=False')
 
     def sync(self):
         pass

@@ -224,6 +224,7 @@ def compile_module(module_proto, topo):
         'collectives': collective_inventory(text),
         'matmuls': matmul_inventory(text),
         'cycles': instruction_cycles(text),
+        'mosaic_kernels': mosaic_kernels(text),
         'instructions': text.count('\n'),
         'optimized_hlo': text,
     }
@@ -257,16 +258,35 @@ def _instructions(text):
 
 def unestimated_custom_calls(text):
     """Custom calls outside fusions (X64SplitLow/High around 64-bit values, ...): libtpu's
-    cost model has no time for them and counts each as -1 s in 'optimal_seconds'."""
+    cost model has no time for them and counts each as -1 s in 'optimal_seconds'. Mosaic
+    kernels (tpu_custom_call) count 0 s instead: see mosaic_kernels."""
     fused = set(re.findall(r'\sfusion\(.*?calls=%?([\w.\-]+)', text))
     count, computation = 0, ''
     for line in text.splitlines():
         header = re.match(r'^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$', line)
         if header and not line.startswith(' '):
             computation = header.group(1)
-        elif ' custom-call(' in line and computation not in fused:
+        elif ' custom-call(' in line and computation not in fused and MOSAIC_TARGET not in line:
             count += 1
     return count
+
+
+MOSAIC_TARGET = 'custom_call_target="tpu_custom_call"'
+
+
+def mosaic_kernels(text):
+    """[(result dims, [operand dims])] of each Mosaic (Pallas) kernel call of the module, dims
+    as tuples (a tuple result gives one per element). The cost model gives these no time and
+    no FLOPs: whoever adds them to an estimate must say how."""
+    dims = {}
+    calls = []
+    for name, op, shape, args in _instructions(text):
+        arrays = [tuple(int(d) for d in m.group('dims').split(',') if d) for m in _ARRAY.finditer(shape)]
+        dims[name] = arrays[0] if len(arrays) == 1 else None
+        if op == 'custom-call' and MOSAIC_TARGET in args:
+            operands = [dims.get(n) for n in _OPERAND.findall(args.split(')')[0])]
+            calls.append((arrays, operands))
+    return calls
 
 
 def cost_model_seconds(raw, text):

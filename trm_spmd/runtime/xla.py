@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from trm_spmd.config.validate import resolve_mesh_shape
+from trm_spmd.errors import UserError
 from trm_spmd.runtime.base import Runtime
 
 
@@ -65,6 +66,9 @@ class XlaRuntime(Runtime):
         self.device_kind = xr.device_type() or 'CPU'
         self.fast_dtype = 'float32' if self.device_kind == 'CPU' else 'bfloat16'
         self._group = None
+        # Set where steps are only traced for the TPU compiler: TPU kernels may then be traced
+        # on other devices (they are never run there).
+        self.trace_only = False
 
     # ---- data ---------------------------------------------------------------------
     def put_batch(self, host_batch):
@@ -129,6 +133,72 @@ class XlaRuntime(Runtime):
 
     def compile(self, fn, name, max_graphs=None):
         return self._torch_xla.compile(fn, full_graph=True, name=name, max_different_graphs=max_graphs)
+
+    def token_mix_kernel(self):
+        """Each block's token-mixing sublayer as the Pallas kernels of runtime/token_mix_kernel.py,
+        each chip running them on its own examples (manual sharding); the weight gradients'
+        per-chip sums are added by the partitioner. On a TPU, or where the step is only traced
+        for the TPU compiler (trace_only)."""
+        if self.device_kind != 'TPU' and not self.trace_only:
+            raise UserError(f'xla.token_mix_kernel=True runs Pallas kernels on a TPU; this run\'s devices are '
+                            f'{self.device_kind}: set xla.token_mix_kernel=False')
+        runtime = self
+
+        class TokenMix(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w_gate_up, w_down, eps):
+                ctx.save_for_backward(x, w_gate_up, w_down)
+                ctx.eps = eps
+                return runtime._token_mix_call('forward', eps, x, w_gate_up, w_down)[0]
+
+            @staticmethod
+            def backward(ctx, dout):
+                x, w_gate_up, w_down = ctx.saved_tensors
+                dx, d_gate_up, d_down = runtime._token_mix_call('backward', ctx.eps, x, w_gate_up, w_down, dout)
+                return dx, d_gate_up.to(w_gate_up.dtype), d_down.to(w_down.dtype), None
+
+        return TokenMix.apply
+
+    def _token_mix_call(self, kind, eps, x, w_gate_up, w_down, dout=None):
+        """One kernel call on x [B, L, D], each chip on its own examples ('forward': [out];
+        'backward': [dx, d w_gate_up, d w_down], the weight gradients float32, summed)."""
+        xs, mesh = self._xs, self.mesh
+        shards = self.mesh_shape[0]
+        by_example, whole = ('data', None, None), (None, None)
+
+        def local(t, spec):
+            return xs.enable_manual_sharding(t, spec, mesh=mesh).global_tensor
+
+        inputs = [local(x, by_example)] + ([local(dout, by_example)] if dout is not None else [])
+        inputs += [local(w_gate_up.to(x.dtype), whole), local(w_down.to(x.dtype), whole)]
+        outputs = self._kernel_outputs(kind, eps, inputs)
+        y = xs.disable_manual_sharding(outputs[0], by_example, x.shape, mesh=mesh).global_tensor
+        if kind == 'forward':
+            return [y]
+
+        def summed(partials):   # [cores, ...] per chip -> the sum over every chip's cores
+            full = (shards * partials.shape[0],) + tuple(partials.shape[1:])
+            spec = ('data',) + (None,) * (partials.dim() - 1)
+            return xs.disable_manual_sharding(partials, spec, full, mesh=mesh).global_tensor.sum(0)
+
+        return [y, summed(outputs[1]), summed(outputs[2])]
+
+    def _kernel_outputs(self, kind, eps, inputs):
+        """The kernel's tpu_custom_call on one chip's tensors: `inputs` x (and dout), w_gate_up,
+        w_down as token_mix_kernel.forward / backward_partials take them; their outputs."""
+        # The TPU is torch_xla's: JAX only lowers the kernels and must open no device.
+        os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+        from torch_xla.experimental.custom_kernel import _extract_backend_config
+        from trm_spmd.runtime import token_mix_kernel as kernel
+        x, w_gate_up, w_down = inputs[0], inputs[-2], inputs[-1]
+        lowered = kernel.lowered_for_tpu(kind, tuple(x.shape), w_down.shape[1], eps,
+                                         str(x.dtype).removeprefix('torch.'))
+        shapes, dtypes = [list(x.shape)], [x.dtype]
+        if kind == 'backward':
+            cores = kernel.partial_sums(x.shape[0], x.shape[2])
+            shapes += [[cores] + list(w_gate_up.shape), [cores] + list(w_down.shape)]
+            dtypes += [torch.float32, torch.float32]
+        return self._torch_xla._XLAC._xla_tpu_custom_call(inputs, _extract_backend_config(lowered), shapes, dtypes)
 
     def serialize(self, tensors):
         """An optimization barrier: XLA schedules a graph's operations freely, and may start

@@ -59,6 +59,8 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
         model.checkpoint_fn = runtime.checkpoint_fn
     if getattr(runtime, 'float32_weight_grads', False):
         model.use_float32_weight_grads()
+    if config.xla.token_mix_kernel:
+        model.use_token_mix_kernel(runtime.token_mix_kernel())
     model.to(runtime.device)
     optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
