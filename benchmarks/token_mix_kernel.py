@@ -100,28 +100,23 @@ def main(argv):
     except ImportError:
         print(f'error: this benchmark needs jax: {tpu_aot.SETUP_HINT}', file=sys.stderr)
         return 2
-    with tpu_aot._quiet_stderr():
+    from trm_spmd.model.layers import swiglu_width
+    from trm_spmd.runtime.token_mix_kernel import roofline
+    with tpu_aot.quiet_stderr():
         on_tpu = jax.default_backend() == 'tpu'
-    if not on_tpu:   # the compile-only TPU compiler is pinned; a TPU VM's own jax drives its chip
+    if on_tpu:
+        device = jax.devices()[0]
+    else:   # the compile-only TPU compiler is pinned; a TPU VM's own jax drives its chip
         try:
-            tpu_aot.check_environment()
+            device = tpu_aot.devices(tpu_aot.topology('v4', 4))[0]
         except UserError as e:
             print(f'error: {e}', file=sys.stderr)
             return 2
-    from trm_spmd.hardware import HBM_GBPS, PEAK_BF16_TFLOPS
-    from trm_spmd.model.layers import swiglu_width
-    from trm_spmd.runtime.token_mix_kernel import call_figures
-    if on_tpu:
-        device = jax.devices()[0]
-    else:
-        with tpu_aot._quiet_stderr():
-            device = tpu_aot._devices(tpu_aot.topology('v4', 4))[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
     b, length, d = _ROWS.value, _POSITIONS.value, _HIDDEN.value
     f = swiglu_width(length, 4)
     shapes = [(b, length, d), (2 * f, length), (length, f)]
     args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=sharding) for s in shapes]
-    peak, bandwidth = PEAK_BF16_TFLOPS['tpu-v4'] * 1e12, HBM_GBPS['tpu-v4'] * 1e9
     print(f'token-mixing sublayer per chip: x [{b} x {length} x {d}], W_gate_up [{2 * f} x {length}], '
           f'W_down [{length} x {f}], bf16; {device.device_kind}{"" if on_tpu else " (compile only)"}')
     forward_call = ([shapes[0]], shapes)
@@ -130,17 +125,16 @@ def main(argv):
             ('forward', xla_sublayer, kernel_sublayer, [forward_call]),
             ('forward+backward', with_gradients(xla_sublayer), with_gradients(kernel_sublayer),
              [forward_call, backward_call])):
-        figures = [call_figures(*c) for c in calls]
-        roofline = sum(max(fl / peak, by / bandwidth) for fl, by in figures)
-        with tpu_aot._quiet_stderr():
+        bound = roofline(calls, 'tpu-v4')
+        with tpu_aot.quiet_stderr():
             xla_cost, _ = _compiled_cost(xla_fn, args)
             _, kernel_s = _compiled_cost(kernel_fn, args)
         xla_s = xla_cost.get('optimal_seconds')
         print(f'{label}: XLA {xla_cost.get("bytes accessed", 0) / 1e6:.0f} MB, cost model '
               + (f'{xla_s * 1e3:.3f} ms' if xla_s else 'none')
               + f'; kernels compiled by libtpu in {kernel_s:.1f} s, '
-              f'{sum(fl for fl, _ in figures) / 1e9:.1f} GFLOP on the MXU, {sum(by for _, by in figures) / 1e6:.0f} MB, '
-              f'roofline {roofline * 1e3:.3f} ms (a bound: the cost model gives kernels no time)')
+              f'{bound["mxu_flops"] / 1e9:.1f} GFLOP on the MXU, {bound["bytes"] / 1e6:.0f} MB, '
+              f'roofline {bound["roofline_seconds"] * 1e3:.3f} ms (a bound: the cost model gives kernels no time)')
         if on_tpu:
             keys = jax.random.split(jax.random.key(0), 3)
             values = [jax.random.normal(k, s, jnp.bfloat16) * (s[-1] ** -0.5 if i else 1)

@@ -232,21 +232,6 @@ def time_by_category(cycles, weights):
     return {k: v / whole for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
-def kernel_roofline(calls, tpu_slice):
-    """The Mosaic kernels of a module (the token mix's, xla.token_mix_kernel), which libtpu's
-    cost model gives no time: their count, the MXU FLOPs and HBM bytes they need and their
-    roofline time per chip (FLOPs at the chip's peak or bytes at its HBM bandwidth, whichever
-    is longer; their elementwise work is not in it). None without kernels."""
-    if not calls:
-        return None
-    from trm_spmd.hardware import HBM_GBPS
-    from trm_spmd.runtime.token_mix_kernel import call_figures
-    figures = [call_figures(results, operands) for results, operands in calls]
-    peak, bandwidth = tpu_slice.peak_tflops * 1e12, HBM_GBPS[tpu_slice.kind] * 1e9
-    return {'calls': len(calls), 'mxu_flops': sum(f for f, _ in figures), 'bytes': sum(b for _, b in figures),
-            'roofline_seconds': sum(max(f / peak, b / bandwidth) for f, b in figures)}
-
-
 def graph_figures(meta, compiled, tpu_slice):
     """The compiler's figures of one graph next to the analytic ones, per chip."""
     memory = dict(compiled['memory'])
@@ -260,7 +245,9 @@ def graph_figures(meta, compiled, tpu_slice):
     batch = meta['global_batch']
     analytic = meta['analytic_flops_per_example'] * batch / tpu_slice.chips
     by_category = time_by_category(compiled.get('cycles', []), meta.get('weights', {}))
-    kernels = kernel_roofline(compiled.get('mosaic_kernels', []), tpu_slice)
+    # Pallas kernels (xla.token_mix_kernel) get no time from the cost model: their roofline.
+    from trm_spmd.runtime.token_mix_kernel import roofline
+    kernels = roofline(compiled.get('mosaic_kernels', []), tpu_slice.kind)
     seconds = compiled['optimal_seconds']
     if kernels and seconds:
         # The kernels' roofline joins the cost model's time, as a category of its own.

@@ -42,6 +42,43 @@ def run_in_subprocess(args, devices, timeout=600, cwd=REPO, env=None):
                           text=True, timeout=timeout)
 
 
+# Overrides under which one optimizer update is about lr x gradient (AdamW with eps 1): a
+# wrongly scaled or missing gradient changes the parameters visibly.
+UPDATE_IS_GRADIENT = {'optim.name': 'adamw', 'optim.eps': 1.0, 'optim.lr': 1.0, 'optim.warmup_steps': 0,
+                      'optim.weight_decay': 0.0, 'ema.enabled': False}
+
+
+def random_host_batch(config, rows, seed=0):
+    """A batch of `rows` random puzzles of the config's task (60% of the cells blank)."""
+    import numpy as np
+    from trm_spmd import tasks
+    sizes = tasks.sizes(config)
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(2, sizes['vocab_size'], size=(rows, sizes['seq_len']), dtype=np.int32)
+    return {'inputs': np.where(rng.random(labels.shape) < 0.6, 1, labels).astype(np.int32), 'labels': labels,
+            'puzzle_identifiers': np.zeros(rows, np.int32)}
+
+
+def one_train_step(config, host_batch, prepare_runtime=None):
+    """(parameters before, after, the step's HLO module) of one train step of `config` on
+    `host_batch`, uncompiled; prepare_runtime(runtime) runs before the model is built."""
+    from trm_spmd.runtime import create_runtime
+    from trm_spmd.train.setup import build_trainer, initial_state
+    from trm_spmd.train.step import make_train_step
+    runtime = create_runtime(config)
+    if prepare_runtime:
+        prepare_runtime(runtime)
+    trainer = build_trainer(config, runtime)
+    before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_main_parameters()}
+    state = initial_state(trainer, runtime, config.data.global_batch_size)
+    step = make_train_step(trainer, config, runtime, 10, config.model.H_cycles, config.model.L_cycles)
+    new_state, metrics = step(state, runtime.put_batch(host_batch))
+    proto = runtime.hlo_module_proto(list(new_state.carry.values()) + list(metrics.values())
+                                     + trainer.persistent_tensors())
+    runtime.sync()
+    return before, {n: p.detach().cpu() for n, p in trainer.model.named_main_parameters()}, proto
+
+
 class ThreadExchange:
     """all_gather_object between threads standing in for hosts: every host's value, in host order."""
 

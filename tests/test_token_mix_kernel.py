@@ -16,7 +16,7 @@ import torch
 from trm_spmd.config import ConfigError, load_config, validate
 from trm_spmd.errors import UserError
 
-from conftest import REPO
+from conftest import REPO, UPDATE_IS_GRADIENT, one_train_step, random_host_batch
 
 jax = pytest.importorskip('jax', reason='jax comes with requirements.lock (Linux x86_64)')
 jnp = jax.numpy
@@ -152,39 +152,21 @@ def stand_in(kind, eps, inputs):
 
 
 def _one_update(kernel_on, monkeypatch):
-    from trm_spmd.runtime import create_runtime
     from trm_spmd.runtime.xla import XlaRuntime
-    from trm_spmd.train.setup import build_trainer, initial_state
-    from trm_spmd.train.step import make_train_step
-    from trm_spmd import tasks
     config = load_config(os.path.join(REPO, 'configs/baseline.py:runlocal'))
-    config.update_from_flattened_dict({
-        'xla.token_mix_kernel': kernel_on, 'model.hidden_size': 128, 'data.global_batch_size': 32,
-        'optim.name': 'adamw', 'optim.eps': 1.0, 'optim.lr': 1.0, 'optim.warmup_steps': 0,
-        'optim.weight_decay': 0.0, 'ema.enabled': False})
+    config.update_from_flattened_dict({'xla.token_mix_kernel': kernel_on, 'model.hidden_size': 128,
+                                       'data.global_batch_size': 32, **UPDATE_IS_GRADIENT})
     monkeypatch.setattr(XlaRuntime, '_kernel_outputs', lambda self, kind, eps, inputs: stand_in(kind, eps, inputs))
-    runtime = create_runtime(config)
-    runtime.trace_only = True   # the CPU runs the stand-in, never a TPU kernel
-    trainer = build_trainer(config, runtime)
-    sizes = tasks.sizes(config)
-    rng = np.random.default_rng(0)
-    labels = rng.integers(2, sizes['vocab_size'], size=(32, sizes['seq_len']), dtype=np.int32)
-    batch = {'inputs': np.where(rng.random(labels.shape) < 0.6, 1, labels).astype(np.int32), 'labels': labels,
-             'puzzle_identifiers': np.zeros(32, np.int32)}
-    before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_main_parameters()}
-    state = initial_state(trainer, runtime, 32)
-    step = make_train_step(trainer, config, runtime, 10, config.model.H_cycles, config.model.L_cycles)
-    new_state, metrics = step(state, runtime.put_batch(batch))
-    proto = runtime.hlo_module_proto(list(new_state.carry.values()) + list(metrics.values())
-                                     + trainer.persistent_tensors())
-    runtime.sync()
-    after = {n: p.detach().cpu() for n, p in trainer.model.named_main_parameters()}
-    return before, after, float(metrics['loss'].cpu()) if 'loss' in metrics else None, proto
+
+    def cpu_runs_the_stand_in(runtime):   # never a TPU kernel
+        runtime.trace_only = True
+
+    return one_train_step(config, random_host_batch(config, 32), cpu_runs_the_stand_in)
 
 
 def test_a_step_through_the_kernel_path_updates_as_the_plain_model(monkeypatch):
-    before, plain_after, _, plain_proto = _one_update(False, monkeypatch)
-    start, kernel_after, _, proto = _one_update(True, monkeypatch)
+    before, plain_after, plain_proto = _one_update(False, monkeypatch)
+    start, kernel_after, proto = _one_update(True, monkeypatch)
     # Each chip works on its own examples behind manual sharding; nothing of it in the plain step.
     assert b'SPMDFullToShardShape' in proto and b'SPMDFullToShardShape' not in plain_proto
     for name, p in plain_after.items():

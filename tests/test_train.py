@@ -10,7 +10,7 @@ import torch
 from trm_spmd.config import load_config
 from trm_spmd.train.loop import train_and_evaluate
 
-from conftest import REPO, run_in_subprocess
+from conftest import REPO, UPDATE_IS_GRADIENT, one_train_step, random_host_batch, run_in_subprocess
 
 
 def runlocal(**overrides):
@@ -79,34 +79,14 @@ def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
 
 
 def _one_update(accum, host_batch):
-    """(parameters before, after, the step's HLO module) of one train step with `accum`
-    micro-batches, uncompiled; AdamW with eps 1 turns the update into about lr x gradient,
-    so a wrongly scaled or missing micro-batch gradient changes the parameters visibly."""
-    from trm_spmd.runtime import create_runtime
-    from trm_spmd.train.setup import build_trainer, initial_state
-    from trm_spmd.train.step import make_train_step
+    """One train step with `accum` micro-batches (conftest.one_train_step)."""
     config = runlocal(**{'optim.grad_accum_steps': accum, 'data.global_batch_size': len(host_batch['inputs']),
-                         'optim.name': 'adamw', 'optim.eps': 1.0, 'optim.lr': 1.0, 'optim.warmup_steps': 0,
-                         'optim.weight_decay': 0.0, 'ema.enabled': False})
-    runtime = create_runtime(config)
-    trainer = build_trainer(config, runtime)
-    before = {n: p.detach().cpu().clone() for n, p in trainer.model.named_main_parameters()}
-    state = initial_state(trainer, runtime, config.data.global_batch_size)
-    step = make_train_step(trainer, config, runtime, 10, config.model.H_cycles, config.model.L_cycles)
-    new_state, metrics = step(state, runtime.put_batch(host_batch))
-    proto = runtime.hlo_module_proto(list(new_state.carry.values()) + list(metrics.values())
-                                     + trainer.persistent_tensors())
-    runtime.sync()
-    return before, {n: p.detach().cpu() for n, p in trainer.model.named_main_parameters()}, proto
+                         **UPDATE_IS_GRADIENT})
+    return one_train_step(config, host_batch)
 
 
 def test_accumulated_micro_batches_update_as_the_whole_batch_one_at_a_time():
-    from trm_spmd import tasks
-    sizes = tasks.sizes(runlocal())
-    rng = np.random.default_rng(0)
-    labels = rng.integers(2, sizes['vocab_size'], size=(32, sizes['seq_len']), dtype=np.int32)
-    batch = {'inputs': np.where(rng.random(labels.shape) < 0.6, 1, labels).astype(np.int32), 'labels': labels,
-             'puzzle_identifiers': np.zeros(32, np.int32)}
+    batch = random_host_batch(runlocal(), 32)
     # Counts the instructions' opcode field (length-prefixed; their names start with it too).
     barriers = lambda proto: proto.count(b'\x0bopt-barrier')   # noqa: E731
     before, whole, proto = _one_update(1, batch)

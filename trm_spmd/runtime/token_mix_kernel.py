@@ -11,7 +11,7 @@ over positions is local to a tile), reading x and writing out only; the backward
 recomputes it per tile, writes dx and accumulates both weight gradients in float32 on chip.
 The tiles read x where it lies: no transposed copy of the activations is made.
 
-Pure JAX, imported only where a kernel is lowered (runtime.xla on a TPU, the TPU compiler,
+The kernels are pure JAX, imported only where one is lowered (runtime.xla on a TPU, the TPU compiler,
 tests in JAX's interpret mode on CPU). Products accumulate in float32; unlike the XLA path,
 nothing is rounded to bfloat16 inside the sublayer (tests/test_token_mix_kernel.py bounds the
 difference).
@@ -190,3 +190,17 @@ def call_figures(results, operands):
     # Operands and out / dx are bfloat16, the weight gradients' partial sums float32.
     nbytes = sum(size(d, 2) for d in operands) + size(results[0], 2) + sum(size(d, 4) for d in results[1:])
     return flops, nbytes
+
+
+def roofline(calls, chip_kind):
+    """The kernel calls of a compiled module ([(result dims, operand dims)]) on one chip of
+    `chip_kind` (trm_spmd.hardware): their count, MXU FLOPs, HBM bytes and roofline seconds,
+    each call's FLOPs at the chip's peak or its bytes at its HBM bandwidth, whichever is longer
+    (the elementwise work is not in it). None without calls."""
+    if not calls:
+        return None
+    from trm_spmd.hardware import HBM_GBPS, PEAK_BF16_TFLOPS
+    figures = [call_figures(results, operands) for results, operands in calls]
+    peak, bandwidth = PEAK_BF16_TFLOPS[chip_kind] * 1e12, HBM_GBPS[chip_kind] * 1e9
+    return {'calls': len(calls), 'mxu_flops': sum(f for f, _ in figures), 'bytes': sum(b for _, b in figures),
+            'roofline_seconds': sum(max(f / peak, b / bandwidth) for f, b in figures)}

@@ -116,7 +116,7 @@ def check_environment():
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
     """libtpu warns on stderr that this is no TPU VM (accelerator type, worker hostnames):
     harmless for compile-only use. The lines are kept and shown only if the call fails."""
     saved = os.dup(2)
@@ -153,11 +153,16 @@ def _devices(topo):
     return _TOPOLOGY_CACHE[topo]
 
 
-def device_kind(topo):
+def devices(topo):
+    """The compile-only devices of `topo`, to compile JAX functions for (no TPU is opened)."""
     check_environment()
     os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
-    with _quiet_stderr():
-        return _devices(topo)[0].device_kind
+    with quiet_stderr():
+        return _devices(topo)
+
+
+def device_kind(topo):
+    return devices(topo)[0].device_kind
 
 
 def compile_module(module_proto, topo):
@@ -173,7 +178,7 @@ def compile_module(module_proto, topo):
     from jax._src.interpreters import mlir as jax_mlir
     from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
-    with _quiet_stderr():
+    with quiet_stderr():
         devices = _devices(topo)
         try:
             stablehlo = _jax.mlir.hlo_to_stablehlo(module_proto)
@@ -256,6 +261,9 @@ def _instructions(text):
             yield m.group('name'), m.group('op'), m.group('shape'), m.group('args')
 
 
+MOSAIC_TARGET = 'custom_call_target="tpu_custom_call"'
+
+
 def unestimated_custom_calls(text):
     """Custom calls outside fusions (X64SplitLow/High around 64-bit values, ...): libtpu's
     cost model has no time for them and counts each as -1 s in 'optimal_seconds'. Mosaic
@@ -269,9 +277,6 @@ def unestimated_custom_calls(text):
         elif ' custom-call(' in line and computation not in fused and MOSAIC_TARGET not in line:
             count += 1
     return count
-
-
-MOSAIC_TARGET = 'custom_call_target="tpu_custom_call"'
 
 
 def mosaic_kernels(text):
