@@ -29,6 +29,7 @@ GCLOUD_PREFIX = ['compute', 'tpus', 'tpu-vm']
 _spec = importlib.util.spec_from_file_location('trm_launch_tpu', TPU_PY)
 tpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tpu)
+from tpu_vm import overrides, remote  # noqa: E402 - the package launch/tpu.py runs, importable once it is loaded
 
 FAKE_GCLOUD = '''#!{python}
 import json, os, sys
@@ -241,7 +242,7 @@ def test_run_passes_overrides_on_in_order_after_the_config(env):
 
 def test_overrides_pass_through_unchecked_without_the_project_packages(env, monkeypatch):
     monkeypatch.setitem(sys.modules, 'trm_spmd.config', None)    # a workstation without ml_collections
-    assert tpu.schema_keys() is None
+    assert overrides.schema_keys() is None
     assert tpu.main(['run', '--config=configs/fam.py:t3_n6', '--workdir=gs://b/r', '--config.future.key=1']) == 0
     assert '--config=configs/fam.py:t3_n6 --config.future.key=1 ' in command_of(env.calls()[-1])
 
@@ -255,7 +256,7 @@ def test_overrides_only_on_run_and_sweep(env, capfd):
 
 
 def test_background_run_command_executes_on_a_worker(env, monkeypatch):
-    monkeypatch.setattr(tpu, 'START_CHECK_S', 0.5)   # the fake trainer ends at once
+    monkeypatch.setattr(remote, 'START_CHECK_S', 0.5)   # the fake trainer ends at once
     env.fake_worker()
     workdir = env.root / 'runs' / 'a b'        # a space: the workdir must stay one argument
     assert tpu.main(['run', '--config=configs/fam.py:t3_n6', f'--workdir={workdir}',
@@ -329,7 +330,7 @@ def test_sweep_goes_on_after_a_failed_run_and_reports_it(env, capfd):
 
 
 def test_sweep_stops_when_a_run_was_stopped(env, capfd):
-    env.exit_on({'fam.py:t2_fail': tpu.STOPPED_EXIT})
+    env.exit_on({'fam.py:t2_fail': remote.STOPPED_EXIT})
     assert tpu.main(['sweep', '--sweep=configs/fam.py', '--study_root=gs://bkt/s']) == 1
     assert len(env.calls()) == 1 + 2                      # the third run was not started
     err = error_lines(capfd.readouterr().err)
@@ -341,7 +342,7 @@ def test_stopped_run_exits_with_the_stop_code(env):
     assert tpu.main(['run', '--config=configs/fam.py:t4_stop', '--workdir=runs/s', '--foreground',
                      '--force']) == 0
     result = env.run_remote(env.calls()[0])
-    assert result.returncode == tpu.STOPPED_EXIT
+    assert result.returncode == remote.STOPPED_EXIT
     assert 'fam-t4_stop stopped before the end' in result.stdout
 
 
