@@ -27,309 +27,32 @@ namespace, no such pid) is known dead: its lease is taken without waiting or a f
 A pod: for a shared workdir (a bucket) host 0 holds the lease; with host-local disks every
 host locks its own copy. `acquire_for_run` exchanges the outcome, so every host refuses or
 every host starts.
+
+  holder.py   the holder's record, staleness, and the refusal line
+  local.py    the local lease (flock)
+  bucket.py   the gs:// lease (generation preconditions) and its Cloud Storage store
+  __init__    the lease a run holds (heartbeat, check, release) and how hosts take it together
+
+The workdir's lease sits below train/ (the loop takes it) and above fs and hosts, which it uses.
 """
 
-import datetime
-import fcntl
-import json
-import os
-import socket
 import threading
 import time
 import uuid
 
 from trm_spmd import fs, hosts
 from trm_spmd.errors import UserError
+from trm_spmd.lease.bucket import BucketLease, GcsStore
+from trm_spmd.lease.holder import (LOCK, RECORD, STALE_AFTER_S, TAKEOVER_FLAG, LeaseHeld, LeaseLost, describe,
+                                   is_stale, new_record)
+from trm_spmd.lease.local import LocalLease
+
+__all__ = ['HEARTBEAT_S', 'LOCK', 'RECORD', 'STALE_AFTER_S', 'TAKEOVER_FLAG', 'GcsStore', 'Lease', 'LeaseHeld',
+           'LeaseLost', 'NoLease', 'acquire', 'acquire_for_run', 'check_agreed', 'describe', 'is_stale', 'new_record']
 
 HEARTBEAT_S = 30.0
-# Four missed heartbeats: a slow bucket or a long pause does not make a live run look gone.
-STALE_AFTER_S = 120.0
-RECORD = 'lease.json'
-LOCK = '.lease.lock'
-TAKEOVER_FLAG = '--takeover_stale_lease'
 
 
-class LeaseHeld(UserError):
-    """Another run holds the workdir."""
-
-
-class LeaseLost(UserError):
-    """This run no longer holds its workdir: it must stop writing."""
-
-
-# ---- who holds it -------------------------------------------------------------------------
-def _boot_id():
-    try:
-        with open('/proc/sys/kernel/random/boot_id') as f:
-            return f.read().strip()
-    except OSError:
-        return ''
-
-
-def _pid_namespace():
-    try:
-        return os.stat('/proc/self/ns/pid').st_ino
-    except OSError:
-        return 0
-
-
-def new_record(config_hash='', now=None):
-    now = time.time() if now is None else now
-    return {'host': socket.gethostname(), 'pid': os.getpid(), 'started': now, 'heartbeat': now,
-            'config_hash': config_hash, 'boot_id': _boot_id(), 'pid_namespace': _pid_namespace(),
-            'token': uuid.uuid4().hex}
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError, OverflowError):
-        return True   # a process we may not signal is alive; a malformed pid proves nothing
-    return True
-
-
-def holder_is_dead(record):
-    """True only when the holder provably ended: it ran in this boot of this machine and in
-    this pid namespace (so its pid means the same here), and no such process exists."""
-    return (bool(record.get('boot_id')) and record.get('boot_id') == _boot_id()
-            and record.get('pid_namespace') == _pid_namespace() and not _pid_alive(record.get('pid')))
-
-
-def _age(seconds):
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f'{seconds} s'
-    if seconds < 7200:
-        return f'{seconds // 60} min'
-    return f'{seconds // 3600} h'
-
-
-def describe(record, now):
-    """'host H, pid P, started <UTC>, last heartbeat N s ago' (what is known of it)."""
-    if not record:
-        return 'holder unknown (its record is missing or unreadable)'
-    try:
-        started = datetime.datetime.fromtimestamp(float(record['started']), datetime.timezone.utc)
-        started = started.strftime('%Y-%m-%d %H:%M:%S UTC')
-        beat = f'last heartbeat {_age(now - float(record["heartbeat"]))} ago'
-    except (KeyError, TypeError, ValueError):
-        started, beat = '?', 'last heartbeat unknown'
-    return f'host {record.get("host", "?")}, pid {record.get("pid", "?")}, started {started}, {beat}'
-
-
-def _parse(data):
-    try:
-        record = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def is_stale(record, now, stale_after_s=STALE_AFTER_S):
-    """A lease nobody renewed for stale_after_s (or whose record is unreadable) is stale."""
-    try:
-        return now - float(record['heartbeat']) > stale_after_s
-    except (KeyError, TypeError, ValueError):
-        return True
-
-
-def refusal(workdir, record, now, stale, stale_after_s=STALE_AFTER_S):
-    """The one line a second run prints."""
-    who = describe(record, now)
-    if stale:
-        return (f'workdir {workdir} is leased to another run ({who}) whose lease is stale (no heartbeat for more '
-                f'than {int(stale_after_s)} s): if that run is gone, rerun with {TAKEOVER_FLAG} to take the '
-                f'workdir over')
-    return (f'workdir {workdir} is in use by another run ({who}): wait for it to end, stop it (python '
-            f'launch/tpu.py stop on a TPU VM, else kill its pid), or use another --workdir; two runs in one '
-            f'workdir mix their metrics and delete each other\'s checkpoints')
-
-
-# ---- local: an OS lock --------------------------------------------------------------------
-class _LocalLease:
-    kind = 'local'
-
-    def __init__(self, workdir, clock):
-        self.workdir = workdir
-        self.clock = clock
-        self.record_path = os.path.join(workdir, RECORD)
-        self._fd = None
-
-    def acquire(self, record, takeover_stale):
-        del takeover_stale   # the kernel frees a dead holder's lock: nothing is ever stale here
-        path = os.path.join(self.workdir, LOCK)
-        with fs.user_facing(path, 'create'):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            try:
-                holder = _parse(fs.read_text(self.record_path))
-            except OSError:
-                holder = None
-            raise LeaseHeld(refusal(self.workdir, holder, self.clock(), stale=False)) from None
-        self._fd = fd
-        self.renew(record)
-
-    def renew(self, record):
-        fs.write_text(self.record_path, json.dumps(record, indent=2))
-
-    def heartbeat(self, record):
-        # Informational only (the lock is the lease): a full disk must not stop the run here.
-        try:
-            self.renew(record)
-        except (OSError, UserError):
-            pass
-        return None
-
-    def check(self):
-        return None
-
-    def release(self):
-        if self._fd is None:
-            return
-        try:
-            os.unlink(self.record_path)
-        except OSError:
-            pass
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
-
-
-# ---- gs://: an object written under generation preconditions ----------------------------------
-class GcsStore:
-    """The lease object on Cloud Storage, every write conditional on its generation."""
-
-    def __init__(self, url):
-        try:
-            from google.api_core import exceptions
-            from google.cloud import storage
-        except ImportError:
-            raise UserError(f'{url}: gs:// workdirs need google-cloud-storage (pip install -e ".[gcs]")') from None
-        bucket, _, name = url[len('gs://'):].partition('/')
-        self._exceptions = exceptions
-        self._bucket = storage.Client().bucket(bucket)
-        self._name = name
-
-    def create_if_absent(self, data):
-        """The new generation, or None when the object exists."""
-        return self._write(data, 0)
-
-    def replace_if_generation(self, data, generation):
-        """The new generation, or None when the object is not at `generation` (or is gone)."""
-        return self._write(data, generation)
-
-    def _write(self, data, generation):
-        blob = self._bucket.blob(self._name)
-        try:
-            blob.upload_from_string(data, content_type='application/json', if_generation_match=generation)
-        except (self._exceptions.PreconditionFailed, self._exceptions.NotFound):
-            return None
-        return blob.generation
-
-    def read(self):
-        """(bytes, generation), or None when there is no object."""
-        blob = self._bucket.get_blob(self._name)
-        if blob is None:
-            return None
-        try:
-            return blob.download_as_bytes(if_generation_match=blob.generation), blob.generation
-        except (self._exceptions.PreconditionFailed, self._exceptions.NotFound):
-            return self.read()   # replaced or deleted between the two requests: look again
-
-    def delete_if_generation(self, generation):
-        """True when deleted; False when the object is not at `generation`."""
-        try:
-            self._bucket.blob(self._name).delete(if_generation_match=generation)
-        except (self._exceptions.PreconditionFailed, self._exceptions.NotFound):
-            return False
-        return True
-
-
-class _RemoteLease:
-    kind = 'remote'
-
-    def __init__(self, workdir, store, stale_after_s, clock):
-        self.workdir = workdir
-        self.store = store
-        self.stale_after_s = stale_after_s
-        self.clock = clock
-        self.generation = None
-        self.taken_over = None       # the record of the stale or dead holder this run replaced
-        self._last_renewal = None
-
-    def _ours(self, record):
-        """The generation of the object when it holds `record` (a write whose reply was lost
-        but which took effect looks like a refused one), else None."""
-        current = self.store.read()
-        if current is not None and (_parse(current[0]) or {}).get('token') == record['token']:
-            return current[1]
-        return None
-
-    def acquire(self, record, takeover_stale):
-        clock = self.clock
-        data = json.dumps(record)
-        for _ in range(5):   # the object may change between our requests: decide again
-            generation = self.store.create_if_absent(data)
-            if generation is None:
-                current = self.store.read()
-                if current is None:
-                    continue
-                holder, held_generation = _parse(current[0]), current[1]
-                if holder is not None and holder.get('token') == record['token']:
-                    generation = held_generation
-                else:
-                    stale = holder is None or is_stale(holder, clock(), self.stale_after_s)
-                    if not ((stale and takeover_stale) or (holder is not None and holder_is_dead(holder))):
-                        raise LeaseHeld(refusal(self.workdir, holder, clock(), stale, self.stale_after_s))
-                    generation = (self.store.replace_if_generation(data, held_generation)
-                                  or self._ours(record))
-                    if generation is None:
-                        continue
-                    self.taken_over = holder or {}
-            self.generation, self._last_renewal = generation, clock()
-            return
-        raise LeaseHeld(f'workdir {self.workdir}: its lease kept changing while this run tried to take it; '
-                        f'another run is starting there: stop one of them')
-
-    def heartbeat(self, record):
-        """Renews; returns why the lease is lost, or None."""
-        now = record['heartbeat']
-        try:
-            generation = self.store.replace_if_generation(json.dumps(record), self.generation)
-            if generation is None:
-                generation = self._ours(record)
-        except Exception as e:  # noqa: BLE001 - a bucket hiccup: retried at the next heartbeat...
-            if now - self._last_renewal > self.stale_after_s:   # ...until another run may take over
-                return f'could not renew it for {int(now - self._last_renewal)} s ({type(e).__name__}: {e})'
-            return None
-        if generation is None:
-            current = self.store.read()
-            holder = _parse(current[0]) if current else None
-            return f'it was taken over by {describe(holder, now)}' if current else 'its lease object was deleted'
-        self.generation, self._last_renewal = generation, now
-        return None
-
-    def check(self):
-        """Why the lease is lost, read from the bucket now (a heartbeat can be HEARTBEAT_S old)."""
-        current = self.store.read()
-        if current is None:
-            return 'its lease object was deleted'
-        if current[1] != self.generation:
-            return f'it was taken over by {describe(_parse(current[0]), self.clock())}'
-        return None
-
-    def release(self):
-        if self.generation is not None:
-            self.store.delete_if_generation(self.generation)
-            self.generation = None
-
-
-# ---- the lease a run holds ----------------------------------------------------------------
 class Lease:
     """A held lease; a context manager. `check()` before writing; `release()` at the end."""
 
@@ -411,9 +134,9 @@ def acquire(workdir, config_hash='', takeover_stale=False, store=None, clock=tim
     """This process's lease on `workdir` (which must exist), or LeaseHeld naming the holder.
     The heartbeat is not started: call start_heartbeat(). `store` replaces the gs:// store (tests)."""
     if fs.is_remote(workdir):
-        backend = _RemoteLease(workdir, store or GcsStore(fs.join(workdir, RECORD)), stale_after_s, clock)
+        backend = BucketLease(workdir, store or GcsStore(fs.join(workdir, RECORD)), stale_after_s, clock)
     else:
-        backend = _LocalLease(workdir, clock)
+        backend = LocalLease(workdir, clock)
     record = new_record(config_hash, clock())
     backend.acquire(record, takeover_stale)
     return Lease(workdir, backend, record, clock, heartbeat_s)
