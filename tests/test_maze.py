@@ -16,6 +16,7 @@ from trm_spmd.config import load_config
 from trm_spmd.data import load_split
 from trm_spmd.data.errors import DataError
 from trm_spmd.tasks.maze import TASK as MAZE, build, grid
+from trm_spmd.tasks.maze import generate as maze_generate
 from trm_spmd.train.data import generated_dataset_dir as _generated_dir
 from trm_spmd.train.loop import train_and_evaluate
 
@@ -33,7 +34,7 @@ def _maze_rows(count, size, seed):
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(count):
-        question, answer, _ = grid.generate(rng, size, grid.default_min_path(size))
+        question, answer, _ = maze_generate.generate(rng, size, maze_generate.default_min_path(size))
         rows.append([f'gen{i}', grid.decode(question), grid.decode(answer), int(grid.path_lengths(answer[None])[0])])
     return rows
 
@@ -140,7 +141,7 @@ def test_generated_set_is_deterministic_and_valid_by_an_independent_search(tmp_p
     for split in (train, test):
         for question, answer in zip(split.inputs, split.labels):
             assert grid.check_example(question, answer) is None
-        assert (split.difficulty > grid.default_min_path(8)).all()
+        assert (split.difficulty > maze_generate.default_min_path(8)).all()
     trained = {bytes(q) for q in np.asarray(train.inputs)}
     assert not any(bytes(q) in trained for q in np.asarray(test.inputs))
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from trm_spmd.tasks.base import Augmentation, Task
-from trm_spmd.tasks.maze import build, grid
+from trm_spmd.tasks.maze import build, generate, grid
 
 
 def _augment(u, inputs, labels):
@@ -52,7 +52,7 @@ class Maze(Task):
 
     def _min_path(self, data_config):
         d = data_config
-        return d.generate_min_path or grid.default_min_path(d.generate_size)
+        return d.generate_min_path or generate.default_min_path(d.generate_size)
 
     def generated_name(self, data_config, seed):
         d = data_config
