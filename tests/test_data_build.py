@@ -230,7 +230,7 @@ def test_existing_output_dir_is_refused(built, hardest):
 
 def _cli(*args):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, '-m', 'trm_spmd.data.build_sudoku', *args],
+    return subprocess.run([sys.executable, '-m', 'trm_spmd.build', 'sudoku', *args],
                           capture_output=True, text=True, env=env, cwd=REPO)
 
 
@@ -267,7 +267,7 @@ def test_hub_inputs_build_as_the_local_files_do(tmp_path, stand_in_hub):
     (tmp_path / 'test.csv').write_text('\n'.join(rows[:1] + rows[9:]) + '\n')
     hub = 'hf://sapientinc/sudoku-extreme'
     env = stand_in_hub({f'{hub}/{name}': (tmp_path / name).read_bytes() for name in ('train.csv', 'test.csv')})
-    result = subprocess.run([sys.executable, '-m', 'trm_spmd.data.build_sudoku', f'--input={hub}/train.csv',
+    result = subprocess.run([sys.executable, '-m', 'trm_spmd.build', 'sudoku', f'--input={hub}/train.csv',
                              f'--test_input={hub}/test.csv', '--num_aug=2', f'--output_dir={tmp_path / "hub"}'],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

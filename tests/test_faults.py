@@ -163,11 +163,11 @@ def test_an_unreadable_data_file_is_one_line_naming_it_and_the_rebuild(tmp_path,
     build_generated(dataset, num_train=8, num_test=4, blanks=(30, 34), seed=0, num_aug=0, progress=False)
     damage(dataset / 'train' / 'all__inputs.npy')
     with pytest.raises(DatasetError) as caught:
-        load_split(dataset, 'train', build_hint='python -m trm_spmd.data.build_sudoku --output_dir=DIR')
+        load_split(dataset, 'train', build_hint='python -m trm_spmd.build sudoku --output_dir=DIR')
     message = str(caught.value)
     assert '\n' not in message
     assert message.startswith(f'{dataset}/train/all__inputs.npy: unreadable (')
-    assert message.endswith('rebuild it with python -m trm_spmd.data.build_sudoku --output_dir=DIR')
+    assert message.endswith('rebuild it with python -m trm_spmd.build sudoku --output_dir=DIR')
 
 
 # ---- puzzles without an answer ----------------------------------------------------------------

@@ -510,7 +510,7 @@ def test_data_build_checks_that_workers_agree(env, capfd):
     assert tpu.main(['data', '--build_args=--generate=50 --seed=1', '--dest=data/gen']) == 0
     build, fingerprint = env.calls()
     assert is_ssh_all(build) and is_ssh_all(fingerprint)
-    assert '-m trm_spmd.data.build_sudoku --generate=50 --seed=1 --output_dir=data/gen' in command_of(build)
+    assert '-m trm_spmd.build sudoku --generate=50 --seed=1 --output_dir=data/gen' in command_of(build)
     assert '8 workers hold the same dataset in ~/trm_spmd/data/gen' in capfd.readouterr().err
     assert 'if [ -e data/gen ]; then' in command_of(build)          # an existing dataset is kept
     env.reset()
@@ -518,7 +518,7 @@ def test_data_build_checks_that_workers_agree(env, capfd):
     assert 'cd ~/trm_spmd && rm -rf data/gen && PY=' in command_of(env.calls()[0])
     env.reset()
     assert tpu.main(['data', '--task=maze', '--build_args=--generate --size=30', '--dest=data/maze']) == 0
-    assert '-m trm_spmd.data.build_maze --generate --size=30 --output_dir=data/maze' in command_of(env.calls()[0])
+    assert '-m trm_spmd.build maze --generate --size=30 --output_dir=data/maze' in command_of(env.calls()[0])
     capfd.readouterr()
 
     env.reply({'sha256sum': same + f'dataset {"b" * 64} t1v-w-8\n'})

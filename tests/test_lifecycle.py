@@ -272,7 +272,7 @@ def test_missing_dataset_names_the_build_command_and_writes_nothing(tmp_path):
     workdir = tmp_path / 'run'
     config = runlocal(**{'data.generate': False, 'data.path': str(tmp_path / 'nowhere')})
     with pytest.raises(DatasetError, match=r'dataset not found at .*nowhere: build it with python -m '
-                                           r'trm_spmd.data.build_sudoku'):
+                                           r'trm_spmd.build sudoku'):
         train_and_evaluate(config, str(workdir))
     assert not workdir.exists()
 

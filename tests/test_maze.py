@@ -172,7 +172,7 @@ def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path, stand_in_hub
     _write_csv(tmp_path / 'test.csv', _maze_rows(2, 6, seed=7))
     hub = 'hf://sapientinc/maze-30x30-hard-1k'
     env = stand_in_hub({f'{hub}/{name}': (tmp_path / name).read_bytes() for name in ('train.csv', 'test.csv')})
-    cmd = [sys.executable, '-m', 'trm_spmd.data.build_maze', f'--input={hub}/train.csv',
+    cmd = [sys.executable, '-m', 'trm_spmd.build', 'maze', f'--input={hub}/train.csv',
            f'--test_input={hub}/test.csv', f'--output_dir={tmp_path / "out"}']
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -181,7 +181,7 @@ def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path, stand_in_hub
         for name in os.listdir(tmp_path / 'local' / split):
             downloaded, local = (tmp_path / d / split / name for d in ('out', 'local'))
             assert downloaded.read_bytes() == local.read_bytes(), name
-    cmd[3] = f'--input={hub}/missing.csv'
+    cmd[4] = f'--input={hub}/missing.csv'
     cmd[-1] = f'--output_dir={tmp_path / "none"}'
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and not (tmp_path / 'none').exists()

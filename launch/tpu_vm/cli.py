@@ -66,11 +66,11 @@ def build_parser():
     p = add('data', cmd_data, 'build or copy the dataset into the same directory on every worker')
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument('--build_args',
-                     help='arguments of python -m trm_spmd.data.build_TASK (deterministic: every host builds '
+                     help='arguments of python -m trm_spmd.build TASK (deterministic: every host builds '
                           'the same bytes), e.g. "--generate=5000 --blanks=30:45"')
     src.add_argument('--copy_from', help='gs:// directory holding a built dataset')
     p.add_argument('--task', choices=('sudoku', 'maze', 'arc'), default='sudoku',
-                   help='with --build_args: whose builder runs, trm_spmd.data.build_TASK (default: %(default)s)')
+                   help='with --build_args: whose builder runs, trm_spmd.build TASK (default: %(default)s)')
     p.add_argument('--rebuild', action='store_true',
                    help='with --build_args: delete the dataset directory first (default: keep one that exists)')
     p.add_argument('--dest', default=DEFAULT_DATA,

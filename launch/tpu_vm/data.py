@@ -40,7 +40,7 @@ def cmd_data(args, tpu, shell):
             raise LaunchError('--build_args must not set --output_dir; pass the directory with --dest')
         words = [*build, f'--output_dir={dest}']
         target = remote_path(dest)
-        make = f'{ENV_PYTHON} && "$PY" -m trm_spmd.data.build_{args.task} {shlex.join(words)}'
+        make = f'{ENV_PYTHON} && "$PY" -m trm_spmd.build {args.task} {shlex.join(words)}'
         if args.rebuild:
             step = in_repo(f'rm -rf {target}', make)
         else:

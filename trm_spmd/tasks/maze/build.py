@@ -1,6 +1,6 @@
 """Builds Maze-Hard datasets in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py):
 from the official CSVs or from the built-in generator. The command line is
-trm_spmd/data/build_maze.py.
+build_cli.py (python -m trm_spmd.build maze).
 
 What the official builder (dataset/build_maze_dataset.py) writes for the same CSVs: tokens
 PAD 0, '#' 1, ' ' 2, 'S' 3, 'G' 4, 'o' 5 (vocab 6, seq_len = side^2); each training maze is
