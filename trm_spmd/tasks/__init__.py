@@ -6,8 +6,13 @@ task's own correctness rule.
   maze/     Maze-Hard: 30x30 mazes, a shortest path from S to G, the paper's 85.3% run
   arc/      ARC-AGI-1 and -2: grids up to 30x30, an output grid from a few demonstrations
 
-A run picks its family with `data.task`; a dataset in the official layout says its sizes in
-dataset.json, and the task checks that they are its own.
+A run picks its family with `data.task` (or several with `data.mixture`); a dataset in the
+official layout says its sizes in dataset.json, and the task checks that they are its own.
+Each family's builder is tasks/NAME/build.py, its flags tasks/NAME/build_cli.py, run by
+`python -m trm_spmd.build NAME`.
+
+Tasks build on the data layer (trm_spmd/data) and the floor; nothing below imports a task.
+The mixture (data/mixture.py) is handed the Task objects it mixes (of_config below).
 """
 
 import importlib
