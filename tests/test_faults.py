@@ -55,6 +55,7 @@ def finished_run(tmp_path_factory):
 
 
 # ---- storage full at the final save ----------------------------------------------------------
+@pytest.mark.slow
 def test_a_disk_full_at_the_final_save_fails_in_one_line_and_the_rerun_completes_the_run(tmpfs):
     disk = tmpfs('5m')   # the step-2 checkpoint (~3.3 MB) fits, the final one does not
     workdir = disk / 'run'
@@ -99,6 +100,7 @@ def test_a_save_that_fails_while_the_checkpointer_closes_is_raised_in_one_line(t
 
 
 # ---- damaged checkpoints ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_set_aside_in_one_line_without_tracebacks(finished_run, tmp_path):
     workdir = tmp_path / 'run'
     shutil.copytree(finished_run, workdir)
@@ -171,6 +173,7 @@ def test_an_unreadable_data_file_is_one_line_naming_it_and_the_rebuild(tmp_path,
 
 
 # ---- puzzles without an answer ----------------------------------------------------------------
+@pytest.mark.slow
 def test_puzzles_without_an_answer_are_refused_each_with_its_reason(finished_run, tmp_path):
     clash = '55' + '.' * 79
     unsolvable = '12345678.' + '........9' + '.' * 63   # row 1 needs a 9 where column 9 already has one

@@ -146,6 +146,7 @@ def test_generated_set_is_deterministic_and_valid_by_an_independent_search(tmp_p
     assert not any(bytes(q) in trained for q in np.asarray(test.inputs))
 
 
+@pytest.mark.slow
 def test_maze_runlocal_trains_evaluates_and_solves(tmp_path):
     config = load_config(os.path.join(REPO, 'configs/maze.py:runlocal'))
     config.update_from_flattened_dict({'train.total_steps': 6, 'train.eval_every_steps': 3})

@@ -32,6 +32,7 @@ def test_batch_is_sharded_along_data(runtime):
     np.testing.assert_array_equal(batch['puzzle_identifiers'].cpu().numpy(), host['puzzle_identifiers'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('devices', [1, 8, 64])
 def test_dry_run_shows_the_mesh(devices):
     result = run_in_subprocess(['-m', 'trm_spmd.main', '--config=configs/tn_sweep.py:t3_n6', '--dry_run'],
@@ -45,6 +46,7 @@ def test_dry_run_shows_the_mesh(devices):
     assert 'config hash' in out
 
 
+@pytest.mark.slow
 def test_dry_run_rejects_an_impossible_mesh():
     result = run_in_subprocess(['-m', 'trm_spmd.main', '--config=configs/baseline.py', '--dry_run',
                                 '--config.data.global_batch_size=100'], 8, timeout=300)
