@@ -228,10 +228,22 @@ def test_existing_output_dir_is_refused(built, hardest):
         _build(built, hardest)
 
 
-def _cli(*args):
+def _cli(*args, task=('sudoku',)):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, '-m', 'trm_spmd.build', 'sudoku', *args],
+    return subprocess.run([sys.executable, '-m', 'trm_spmd.build', *task, *args],
                           capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_the_build_command_names_the_tasks_when_it_is_given_none_or_another():
+    for task, given in (((), 'no task given'), (('sudok',), "'sudok' is not a task")):
+        result = _cli('--output_dir=x', task=task)
+        assert result.returncode == 2 and result.stdout == ''
+        assert result.stderr.splitlines() == [f'error: {given}; usage: python -m trm_spmd.build TASK [flags], TASK '
+                                              f'one of sudoku, maze, arc (then --help lists its flags)']
+    result = _cli('--help', task=())
+    assert result.returncode == 0 and 'python -m trm_spmd.build TASK --help' in result.stdout
+    result = _cli('--help', task=('maze',))
+    assert 'Builds a Maze-Hard dataset' in result.stdout and '--min_path' in result.stdout
 
 
 def test_cli_reports_one_line_without_traceback(tmp_path, shared_data):

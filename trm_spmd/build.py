@@ -25,7 +25,7 @@ def main(argv=None):
         print(f'{__doc__}\n{USAGE}')
         return 0
     if name not in tasks.NAMES:
-        given = f'{name!r} is not a task' if name else 'no task given'
+        given = 'no task given' if not name or name.startswith('-') else f'{name!r} is not a task'
         print(f'error: {given}; {USAGE} (then --help lists its flags)', file=sys.stderr)
         return 2
     cli = importlib.import_module(f'trm_spmd.tasks.{name}.build_cli')
