@@ -1,7 +1,6 @@
 """TRM model, ACT, losses and FLOP counts: pure torch, no device or XLA knowledge.
 
-It imports only the floor (batch, errors); config/, runtime/ and train/ build on it. Another
-model family would be a module beside trm.py with its own config in the same shape.
+It imports only the floor (batch, errors); config/, runtime/ and train/ build on it.
 """
 
 from trm_spmd.model.act import act_step, exploration_prob_at, initial_carry
