@@ -77,7 +77,8 @@ def per_task(runs, baseline):
         raise draw.Skip('no run has evaluated a task yet')
     fig.tight_layout()
     shown = [r for r in runs if r in shown]
-    draw.legend_below(fig, [Line2D([], [], color=colors[id(r)], lw=2) for r in shown], [draw.legend_label(r) for r in shown])
+    draw.legend_below(fig, [Line2D([], [], color=colors[id(r)], lw=2) for r in shown],
+                      [draw.legend_label(r) for r in shown])
     return fig
 
 
