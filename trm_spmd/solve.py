@@ -51,7 +51,7 @@ flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_step
 flags.DEFINE_string('task_json', None, 'ARC: a task JSON file ({"train": [...], "test": [...]}) or an ARC Prize '
                     'challenges file (with --task_id)')
 flags.DEFINE_string('task_id', None, 'ARC: the task to solve in a challenges file (default: the file name)')
-flags.DEFINE_string('task', None, 'a multi-task run (data.mixture): the task of the puzzles (default its first)')
+flags.DEFINE_string('task', None, 'a multi-task run (data.mixture): the task of the puzzles (required there)')
 
 
 def _run_dir_and_checkpoints(path):
@@ -109,10 +109,13 @@ def build_model(config, state, seq_len):
 
 def task_of(config, name=None, state=None):
     """(the Task of the puzzles, and in a multi-task run the mixture.TokenMap of that task `name`
-    (default its first), else None). The maps follow from the config, but for the identifiers
+    (which such a run needs), else None). The maps follow from the config, but for the identifiers
     of an ARC set, which only its dataset knows: the trained table's rows (`state`) tell them,
     since every other task has its blank identifier only."""
     names = tuple(config.get('data', {}).get('mixture', ()) or ()) or (config.get('data', {}).get('task', 'sudoku'),)
+    if not name and len(names) > 1:
+        raise UserError(f'this run trained on several tasks ({", ".join(names)}): say which the puzzles are with '
+                        f'--task={" or --task=".join(names)}')
     name = name or names[0]
     if name not in names:
         raise UserError(f'--task={name}: the run trained on {", ".join(names)}; pass one of them')
