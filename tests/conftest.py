@@ -207,6 +207,24 @@ def gcs_python():
     return extra_python('gcs')
 
 
+def gcloud_environment(tmp_path, project=None):
+    """The environment of a gcloud with an empty configuration of its own under tmp_path: no
+    credentials, no project but `project`, no update check or metadata-server probe."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('CLOUDSDK_', 'GOOGLE_', 'GCE_', 'STORAGE_EMULATOR')) and k != 'PYTHONPATH'}
+    config = tmp_path / 'gcloud-config'
+    config.mkdir(exist_ok=True)
+    # gcloud asks the metadata server whether it runs on GCE the first time a configuration is
+    # used, whatever core/check_gce_metadata says, and caches the answer in this file.
+    (config / 'gce').write_text('False')
+    env.update(CLOUDSDK_CONFIG=str(config), CLOUDSDK_CORE_DISABLE_PROMPTS='1', CLOUDSDK_CORE_CHECK_GCE_METADATA='false',
+               CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK='true', CLOUDSDK_CORE_DISABLE_USAGE_REPORTING='true',
+               GCE_METADATA_ROOT='127.0.0.1:1')   # any probe left: a closed port on the loopback
+    if project:
+        env['CLOUDSDK_CORE_PROJECT'] = project
+    return env
+
+
 GCS_BUCKET = 'trm-test'
 
 

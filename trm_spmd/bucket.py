@@ -58,10 +58,16 @@ def first_line(error):
 
 class _RaisedAnyway(logging.Filter):
     """gcsfs logs each request it gives up on, traceback and all, then raises the same error to
-    its caller, where fs makes it one line: the log record says nothing more."""
+    its caller; fsspec's read-ahead (gcsfs's default for files it opens, orbax's reads among them)
+    logs each failed read at ERROR, traceback and all, then hands the same error to the read that
+    needs the data. That caller turns it into one line (fs, the checkpointer): the record adds
+    nothing but a traceback."""
 
     def filter(self, record):
-        return not (record.funcName == 'retry_request' and record.exc_info)
+        if record.name == 'gcsfs':
+            return not (record.funcName == 'retry_request' and record.exc_info)
+        return record.levelno < logging.ERROR
 
 
-logging.getLogger('gcsfs').addFilter(_RaisedAnyway())
+for _logger in ('gcsfs', 'fsspec.prefetcher'):
+    logging.getLogger(_logger).addFilter(_RaisedAnyway())

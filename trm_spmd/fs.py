@@ -200,8 +200,8 @@ def _write_bytes(path, data):
 
 def read_bytes(path):
     if is_remote(path):
-        with user_facing(path, 'read'), _fs(path).open(path, 'rb') as f:
-            return f.read()
+        with user_facing(path, 'read'):
+            return _fs(path).cat_file(path)   # one request: no read-ahead left running after it
     with open(path, 'rb') as f:
         return f.read()
 

@@ -23,7 +23,6 @@ parent-death signal), and after `lifetime_s` at the latest.
 """
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -39,7 +38,6 @@ from trm_spmd.errors import UserError
 HOST = '127.0.0.1'
 CLOSED = f'{HOST}:1'   # where metadata-server probes go: nothing listens there, the refusal is immediate
 LIFETIME_S = 3600
-_PR_SET_PDEATHSIG = 1
 # urllib would follow an http_proxy of the environment: the loopback is reached directly.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -58,11 +56,6 @@ def _free_port():
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
-
-
-def _end_with_parent():
-    # In the child before exec: SIGTERM when the thread that started it ends, even by SIGKILL.
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class LocalGcsServer:
@@ -98,14 +91,15 @@ class LocalGcsServer:
 
     def start(self, timeout_s=30):
         os.makedirs(self.root, exist_ok=True)
-        # coreutils' timeout ends the server after lifetime_s, and passes on the SIGTERM it gets
-        # when this process ends.
-        command = ['timeout', '--kill-after=5', str(self.lifetime_s), self.executable or binary(), '-scheme', 'http', '-host', HOST,
+        # util-linux's setpriv has the kernel send SIGTERM when the thread that started the server
+        # ends, however it ends (SIGKILL included); coreutils' timeout passes it on, and ends the
+        # server after lifetime_s in any case.
+        command = ['setpriv', '--pdeathsig', 'TERM', 'timeout', '--kill-after=5', str(self.lifetime_s),
+                   self.executable or binary(), '-scheme', 'http', '-host', HOST,
                    '-port', str(self.port), '-external-url', self.url, '-public-host', f'{HOST}:{self.port}',
                    '-backend', 'filesystem', '-filesystem-root', self.root, '-log-level', 'error']
         with open(self.root + '.log', 'ab') as log:
-            self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                             preexec_fn=_end_with_parent)
+            self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.time() + timeout_s
         while not self._answers():
             if self._process.poll() is not None or time.time() > deadline:

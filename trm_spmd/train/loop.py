@@ -179,6 +179,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                     tree, meta = checkpoint_tree(trainer, state, step, loader.position(step), runtime)
                     # An evaluation a preemption cut short runs first thing on resume.
                     meta['eval_pending'] = evaluate and evaluated is None
+                    writer.flush()   # a bucket's metrics.jsonl then holds every step this checkpoint does
                     checkpointer.save(step, tree, meta, evaluated)
                 log.paused(time.time() - paused)
                 if stop:
