@@ -11,6 +11,7 @@ allows one: it never reaches beyond this machine. The launcher is driven through
 only. Skipped where gcloud is not installed.
 """
 
+import concurrent.futures
 import os
 import shlex
 import shutil
@@ -120,13 +121,13 @@ def test_every_printed_command_is_accepted_by_the_real_parser(tmp_path):
     verbs = {argv[:5] for argv in commands}
     assert {('gcloud', 'compute', 'tpus', 'tpu-vm', v) for v in ('create', 'ssh', 'scp', 'delete')} <= verbs
     assert ('gcloud', 'storage', 'rsync', '--recursive', 'gs://my-bucket/datasets/sudoku-extreme-1k-aug-1000') in verbs
-    refused = []
-    for argv, case in commands.items():
-        code, err = parse(list(argv), env, prefix)
-        if not (code == 1 and PARSED in err):
-            refused.append(f'launch/tpu.py {shlex.join(case)} printed {shlex.join(argv)[:300]}: exit {code}, '
-                           f'{err.strip()[:400]}')
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:   # a python each
+        results = dict(zip(commands, pool.map(lambda argv: parse(list(argv), env, prefix), commands)))
+    refused = [f'launch/tpu.py {shlex.join(case)} printed {shlex.join(argv)[:300]}: exit {results[argv][0]}, '
+               f'{results[argv][1].strip()[:400]}'
+               for argv, case in commands.items() if not (results[argv][0] == 1 and PARSED in results[argv][1])]
     assert not refused, '\n'.join(refused)
+    assert len(commands) > 30
 
 
 def test_without_a_project_flag_gcloud_takes_its_default_project(tmp_path):

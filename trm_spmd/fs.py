@@ -118,7 +118,8 @@ def _fs(path):
         import fsspec
         return fsspec.core.url_to_fs(path)[0]
     except ImportError:   # fsspec itself, or its implementation of the protocol (gcsfs for gs://)
-        raise UserError(f'{path}: bucket paths need fsspec and gcsfs: pip install -e ".[gcs]"') from None
+        raise UserError(f'{path}: bucket paths need gcsfs, in the gs:// extra: PY=$(bash launch/setup.sh --gcs) '
+                        f'and run with that $PY') from None
 
 
 def exists(path):
