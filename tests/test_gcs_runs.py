@@ -168,7 +168,7 @@ def event_scalars(data):
 FINAL_STATES = '''
 import json, sys
 import numpy as np
-from trm_spmd.checkpoint import Checkpointer
+from trm_spmd.checkpoint import CheckpointReader
 
 def flatten(tree, prefix=''):
     out = {}
@@ -177,13 +177,13 @@ def flatten(tree, prefix=''):
     return out
 
 def final(workdir):
-    checkpointer = Checkpointer(workdir, keep=3, keep_best=0, async_save=False, is_main_host=False)
+    reader = CheckpointReader(workdir)
     try:
-        step = checkpointer.latest_step()
-        tree, meta = checkpointer.restore(step)
-        return step, meta, flatten(tree), checkpointer.latest.all_steps()
+        step = reader.latest_step()
+        tree, meta = reader.restore(step)
+        return step, meta, flatten(tree), reader.latest.all_steps()
     finally:
-        checkpointer.close()
+        reader.close()
 
 (step_a, meta_a, a, _), (step_b, meta_b, b, steps_b) = final(sys.argv[1]), final(sys.argv[2])
 print(json.dumps({'steps': [step_a, step_b], 'loaders_equal': meta_a['loader'] == meta_b['loader'],

@@ -14,8 +14,8 @@ noise come with it, both redundant with that exception:
    records back while a checkpointer is open; `release()` prints them when no exception
    reported their failure (so nothing is ever swallowed), `discard()` drops them when one did.
 
-And two notices: opening a checkpoint directory the process may not write (solve reading
-a run) makes orbax warn "Given directory is read only", which reads like a fault and is
+And two notices: opening a checkpoint directory read-only (a CheckpointReader: solve
+reading a run) makes orbax warn "Given directory is read only", which reads like a fault and is
 not; `hide_read_only_notice()` drops that warning alone. And listing the steps warns
 "Metadata file does not exist" (from several threads) for a step without its
 _CHECKPOINT_METADATA (on a bucket, "Failed to read Metadata file" when it vanished between
@@ -33,6 +33,7 @@ import traceback
 
 _installed = False
 _missing_metadata_hidden = False
+_read_only_hidden = False
 _lock = threading.Lock()
 
 
@@ -93,8 +94,13 @@ def _is_read_only_notice(record):
 
 
 def hide_read_only_notice():
-    """Drops orbax's 'Given directory is read only' warning (restoring needs no writes)."""
-    logging.getLogger('absl').addFilter(lambda record: not _is_read_only_notice(record))
+    """Drops orbax's 'Given directory is read only' warning (restoring needs no writes);
+    installed once per process."""
+    global _read_only_hidden
+    with _lock:
+        if not _read_only_hidden:
+            logging.getLogger('absl').addFilter(lambda record: not _is_read_only_notice(record))
+            _read_only_hidden = True
 
 
 def _is_missing_metadata_notice(record):
