@@ -24,7 +24,8 @@ RIGHT, WRONG, GIVEN, MISSED = '#1a7f37', '#cf222e', '#24292f', '#6e7781'
 ARC_COLOURS = ('#000000', '#0074d9', '#ff4136', '#2ecc40', '#ffdc00', '#aaaaaa', '#f012be', '#ff851b', '#7fdbff',
                '#870c25')
 _LEGEND = {
-    'sudoku': 'black: givens; green: the model\'s right digits; red: its wrong ones (grey: the answer\'s)',
+    'sudoku': 'black: givens (on red: changed by the model, its digit in red); green: the model\'s right digits; '
+              'red: its wrong ones (grey: the answer\'s)',
     'maze': 'shaded green: the answer\'s shortest path; dots: the model\'s path (red: off the answer\'s); '
             'red crosses: cells it changed',
     'arc': 'each failure: the test input, the answer, the model\'s grid',
@@ -55,7 +56,8 @@ def _bare(ax, rows, cols):
 
 def draw_sudoku(ax, record):
     """The 9x9 grid: givens in black, the model's digits in green where right, red where
-    wrong with the answer's digit small in the corner; a given the model changed on red."""
+    wrong with the answer's digit small in the corner; a given the model changed on red, the
+    model's digit small in its corner."""
     from matplotlib.patches import Rectangle
     given, answer, model = (np.clip(np.asarray(t, np.int64) - 1, 0, 9).reshape(9, 9)
                             for t in (record.question, record.answer, record.prediction))
@@ -69,6 +71,8 @@ def draw_sudoku(ax, record):
             if given[r, c]:
                 if model[r, c] != given[r, c]:
                     ax.add_patch(Rectangle((c, r), 1, 1, color=WRONG, alpha=0.25, lw=0))
+                    ax.text(c + 0.9, r + 0.12, str(model[r, c]) if model[r, c] else '?', ha='right', va='top',
+                            fontsize=5, color=WRONG)
                 ax.text(c + 0.5, r + 0.55, str(given[r, c]), ha='center', va='center', fontsize=9,
                         fontweight='bold', color=GIVEN)
                 continue
