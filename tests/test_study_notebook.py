@@ -19,7 +19,7 @@ from trm_spmd.config import load_config
 from trm_spmd.data.dataset import load_split
 from trm_spmd.train.data import dataset_dir
 from trm_spmd.train.loop import train_and_evaluate
-from trm_spmd.train.samples import sample_rows
+from trm_spmd.train.samples import SampleKeeper, sample_rows
 
 from conftest import REPO
 
@@ -52,9 +52,14 @@ def test_sample_rows_are_evenly_spaced_bounded_and_cover_both_ends():
     assert sample_rows(0, 8).size == 0 and sample_rows(50, 0).size == 0
 
 
+def _valid_sudoku():
+    """Tokens of a valid solved grid (digit d is token d + 1)."""
+    return np.array([2 + ((r * 3 + r // 3 + c) % 9) for r in range(9) for c in range(9)])
+
+
 def test_each_task_judges_a_prediction_against_its_answer():
     sudoku = tasks.get('sudoku')
-    answer = np.array([2 + ((r * 3 + r // 3 + c) % 9) for r in range(9) for c in range(9)])   # a valid grid
+    answer = _valid_sudoku()
     question = answer.copy()
     question[:40] = 1
     assert sudoku.judge(question, answer, answer) == (True, 'right')
@@ -73,6 +78,42 @@ def test_each_task_judges_a_prediction_against_its_answer():
     one_off = answer.copy()
     one_off[0] = grid.COLOUR0 + 5
     assert arc.judge(question, labels, one_off) == (False, '1 of 9 cells wrong')
+
+
+def test_a_sample_written_to_a_bucket_reads_back_as_records_with_verdicts(capsys):
+    fsspec = pytest.importorskip('fsspec')
+    answers = np.stack([_valid_sudoku()] * 3)
+    questions = answers.copy()
+    questions[:, :45] = 1
+    predictions = answers.copy()
+    predictions[1, [0, 1]] = predictions[1, [1, 0]]     # two digits swapped: a rule broken
+    predictions[2, 50] = 1                              # a cell left blank
+    predictions = np.concatenate([predictions, np.zeros((1, 81), np.int64)])   # the padded last batch
+
+    class Batches:   # EvalBatches' part a sample reads: the split's rows by index
+        num_examples = 3
+
+        def examples(self, rows):
+            return {'inputs': questions[rows], 'labels': answers[rows], 'puzzle_identifiers': np.zeros(len(rows))}
+
+    keeper = SampleKeeper(sample_rows(3, 128), global_batch=2)
+    assert keeper.wants(0) and keeper.wants(1) and not keeper.wants(2)
+    for batch in (0, 1):
+        keeper.add(batch, predictions[2 * batch:2 * batch + 2], np.array([4.0, -4.0]))
+    run = 'memory://trm-samples-test/run'
+    keeper.write(f'{run}/eval/samples_7.npz', 7, 'sudoku', 8, Batches())
+    try:
+        [sample] = failures.load_samples(run)
+        assert (sample.task, sample.step, sample.act_steps, sample.num_examples) == ('sudoku', 7, 8, 3)
+        assert [(r.index, r.correct) for r in sample.records] == [(0, True), (1, False), (2, False)]
+        assert sample.failures[0].verdict.startswith('2 of 81 cells wrong; invalid: ')
+        assert sample.failures[1].verdict == '1 of 81 cells wrong; not a complete grid'
+        assert [round(r.confidence, 3) for r in sample.records] == [0.982, 0.018, 0.982]
+        assert main(['failures', run, '--limit=1']) == 0
+        out = capsys.readouterr().out
+        assert out.startswith('sudoku at step 7: 2 of 3 held-out examples wrong') and out.count('(halting') == 1
+    finally:
+        fsspec.filesystem('memory').rm('memory://trm-samples-test', recursive=True)
 
 
 @pytest.mark.slow
@@ -129,11 +170,17 @@ def test_the_committed_notebook_has_no_outputs_and_only_the_public_api():
                 assert all(n in ('os', 'trm_spmd.analysis') for n in names), names
 
 
+def _files(root):
+    return {(d, name, os.stat(os.path.join(d, name)).st_mtime_ns) for d, _, names in os.walk(root) for name in names}
+
+
 @pytest.mark.slow
 def test_the_notebook_runs_top_to_bottom_on_a_fresh_study(fresh_study, tmp_path):
     root, _ = fresh_study
+    before = _files(root)
     notebook = study_notebook.execute(str(root))
     assert study_notebook.errors(notebook) == []
+    assert _files(root) == before     # reading a study never writes to it
     outputs = [o for c in notebook.cells if c.cell_type == 'code' for o in c.outputs]
     markdown = ''.join(o.data.get('text/markdown', '') for o in outputs if 'data' in o)
     assert all(f'| {task} ' in markdown for task in FAMILIES)    # the comparison table, a row per run

@@ -19,6 +19,7 @@ import dataclasses
 import io
 import math
 import re
+import zipfile
 
 import numpy as np
 
@@ -87,11 +88,14 @@ def saved(run_dir):
 def read_sample(path, run_dir):
     """The Sample in one samples_STEP.npz file of the run in run_dir."""
     try:
-        arrays = np.load(io.BytesIO(fs.read_bytes(path)), allow_pickle=False)
+        data = fs.read_bytes(path)
+        if not data.startswith(b'PK'):
+            raise ValueError('not an npz archive')
+        arrays = np.load(io.BytesIO(data), allow_pickle=False)
         fields = {k: arrays[k] for k in arrays.files}
-    except (OSError, ValueError, KeyError) as e:
-        raise NoSamples(f'{path}: not a readable evaluation sample ({e}); the evaluation that wrote it '
-                        f'can be run again with --config.mode=eval') from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise NoSamples(f'{path}: not a readable evaluation sample ({e}); evaluate the run\'s checkpoint '
+                        f'again into another workdir (--config.mode=eval --config.init_from=RUN)') from None
     task_name = str(fields['task'])
     task = tasks.get(task_name)
     records = []
@@ -115,9 +119,10 @@ def load_samples(run_dir, task=None, step=None):
         raise NoSamples(f'{run_dir} is not a directory; pass a run directory (one holding config.json)')
     files = saved(run_dir)
     if not files:
-        raise NoSamples(f'{run_dir} has no evaluation sample ({EVAL_DIR}/samples_STEP.npz): runs save one '
-                        f'at every evaluation since eval.samples existed; evaluate its checkpoint again with '
-                        f'--config.mode=eval --config.init_from={run_dir} --workdir=NEW_DIR')
+        raise NoSamples(f'{run_dir} has no evaluation sample ({EVAL_DIR}/samples_STEP.npz; runs save one at '
+                        f'every evaluation unless eval.samples=0): evaluate its checkpoint into another workdir, '
+                        f'python -m trm_spmd.main --config=ITS_CONFIG --config.mode=eval '
+                        f'--config.init_from={run_dir} --workdir=NEW_DIR')
     wanted = [f for f in files if step is None or f[1] == step]
     if not wanted:
         steps = ', '.join(str(s) for s in sorted({s for _, s, _ in files}))
