@@ -8,8 +8,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The README's map, bottom row first: a module belongs to the row of the longest prefix naming it.
 ROWS = [
-    ('the floor', ['trm_spmd', 'trm_spmd.errors', 'trm_spmd.fs', 'trm_spmd.progress', 'trm_spmd.batch',
-                   'trm_spmd.hardware', 'trm_spmd.extras', 'trm_spmd.checksums', 'trm_spmd.orbax_noise']),
+    ('the floor', ['trm_spmd', 'trm_spmd.errors', 'trm_spmd.fs', 'trm_spmd.bucket', 'trm_spmd.progress',
+                   'trm_spmd.batch', 'trm_spmd.hardware', 'trm_spmd.extras', 'trm_spmd.checksums',
+                   'trm_spmd.orbax_noise', 'trm_spmd.gcs_server']),
     ('data', ['trm_spmd.data']),
     ('tasks', ['trm_spmd.tasks']),
     ('model and optim', ['trm_spmd.model', 'trm_spmd.optim']),

@@ -150,6 +150,19 @@ def test_runlocal_reports_each_task_and_their_mean(mixture_run):
 
 
 @pytest.mark.slow
+def test_each_task_saves_its_own_evaluation_sample_in_its_own_tokens(mixture_run):
+    from trm_spmd.analysis import failures
+    workdir, final = mixture_run
+    samples = failures.load_samples(str(workdir))
+    assert [(s.task, s.step) for s in samples] == [('maze', 4), ('sudoku', 4)]
+    assert {'samples_maze_4.npz', 'samples_sudoku_4.npz'} <= set(os.listdir(workdir / 'eval'))
+    for sample, cells in zip(samples, (36, 81)):
+        assert len(sample.records) == 16 and all(r.prediction.shape == (cells,) for r in sample.records)
+        # Answers mapped back from the mixture's tokens: the sample's failures are the evaluation's.
+        assert len(sample.failures) == round((1 - final[f'eval/{sample.task}/exact_accuracy']) * 16)
+
+
+@pytest.mark.slow
 def test_a_resumed_mixture_ends_exactly_like_the_straight_one(mixture_run, tmp_path):
     workdir, _ = mixture_run
     meta, _ = assert_resume_is_exact(workdir, tmp_path / 'resumed', 4,

@@ -7,7 +7,7 @@ import subprocess
 import tarfile
 
 from . import REPO, STAGING
-from .remote import ENV_PYTHON, GCS_PACKAGES, REMOTE_REPO, git_checkout_command, in_repo
+from .remote import ENV_PYTHON, REMOTE_REPO, git_checkout_command, in_repo
 from .shell import LaunchError, info
 
 SOURCE_TARBALL = 'trm_spmd-src.tar.gz'
@@ -56,7 +56,7 @@ def pack_checkout(tarball, shell):
 def cmd_setup(args, tpu, shell):
     if args.branch and not args.repo_url:
         raise LaunchError('--branch needs --repo_url (with --copy the local checkout is copied as it is)')
-    install = in_repo(ENV_PYTHON, GCS_PACKAGES, 'echo "$(hostname): ready, python $PY"')
+    install = in_repo(ENV_PYTHON, 'echo "$(hostname): ready, python $PY"')
     fix = ('read the worker output above; rerun setup (workers that finished reuse their environment)')
     if args.copy:
         tarball = os.path.join(os.path.expanduser(STAGING), SOURCE_TARBALL)

@@ -14,7 +14,7 @@ allowed (bookkeeping, cadence, performance, where it runs):
   train.log_every_steps, train.eval_every_steps, train.eval_every_epochs
   train.nan_policy                   differs only at a non-finite step, where 'stop' would have stopped
   train.stop_at_exact_accuracy       when to end early, not what training computes
-  eval.global_batch_size, eval.save_outputs, eval.difficulty_buckets, eval.report_act_steps,
+  eval.global_batch_size, eval.save_outputs, eval.samples, eval.difficulty_buckets, eval.report_act_steps,
   eval.puzzle_ids                    which identifiers an evaluation shows the model, not training
   checkpoint.*, logging.*, xla.*, native.*
 allowed only when nothing depends on the run length (train.total_steps, train.epochs):
@@ -46,8 +46,8 @@ from trm_spmd.errors import UserError
 
 ALLOWED = ('name', 'variant', 'mode', 'backend', 'mesh.*', 'model.grad_checkpointing', 'data.prefetch',
            'train.log_every_steps', 'train.eval_every_steps', 'train.eval_every_epochs', 'train.nan_policy',
-           'train.stop_at_exact_accuracy', 'eval.global_batch_size', 'eval.save_outputs', 'eval.difficulty_buckets',
-           'eval.report_act_steps', 'eval.puzzle_ids',
+           'train.stop_at_exact_accuracy', 'eval.global_batch_size', 'eval.save_outputs', 'eval.samples',
+           'eval.difficulty_buckets', 'eval.report_act_steps', 'eval.puzzle_ids',
            'checkpoint.*', 'logging.*', 'xla.*', 'native.*')
 RUN_LENGTH = ('train.total_steps', 'train.epochs')
 # key or section -> why a change is refused.

@@ -30,7 +30,7 @@ every host starts.
 
   holder.py   the holder's record, staleness, and the refusal line
   local.py    the local lease (flock)
-  bucket.py   the gs:// lease (generation preconditions) and its Cloud Storage store
+  gcs.py      the gs:// lease (generation preconditions) and its Cloud Storage store
   __init__    the lease a run holds (heartbeat, check, release) and how hosts take it together
 
 The workdir's lease sits below train/ (the loop takes it) and above fs and hosts, which it uses.
@@ -42,15 +42,13 @@ import uuid
 
 from trm_spmd import fs, hosts
 from trm_spmd.errors import UserError
-from trm_spmd.lease.bucket import BucketLease, GcsStore
-from trm_spmd.lease.holder import (LOCK, RECORD, STALE_AFTER_S, TAKEOVER_FLAG, LeaseHeld, LeaseLost, describe,
-                                   is_stale, new_record)
+from trm_spmd.lease.gcs import BucketLease, GcsStore
+from trm_spmd.lease.holder import (HEARTBEAT_S, LOCK, RECORD, STALE_AFTER_S, TAKEOVER_FLAG, LeaseHeld, LeaseLost,
+                                   describe, is_stale, new_record)
 from trm_spmd.lease.local import LocalLease
 
 __all__ = ['HEARTBEAT_S', 'LOCK', 'RECORD', 'STALE_AFTER_S', 'TAKEOVER_FLAG', 'GcsStore', 'Lease', 'LeaseHeld',
            'LeaseLost', 'NoLease', 'acquire', 'acquire_for_run', 'check_agreed', 'describe', 'is_stale', 'new_record']
-
-HEARTBEAT_S = 30.0
 
 
 class Lease:
@@ -138,7 +136,8 @@ def acquire(workdir, config_hash='', takeover_stale=False, store=None, clock=tim
     else:
         backend = LocalLease(workdir, clock)
     record = new_record(config_hash, clock())
-    backend.acquire(record, takeover_stale)
+    with fs.user_facing(workdir, 'take the lease on'):   # an unreachable bucket: one line naming it
+        backend.acquire(record, takeover_stale)
     return Lease(workdir, backend, record, clock, heartbeat_s)
 
 

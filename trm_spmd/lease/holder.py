@@ -11,6 +11,7 @@ import uuid
 
 from trm_spmd.errors import UserError
 
+HEARTBEAT_S = 30.0
 # Four missed heartbeats: a slow bucket or a long pause does not make a live run look gone.
 STALE_AFTER_S = 120.0
 RECORD = 'lease.json'

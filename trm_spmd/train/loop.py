@@ -240,6 +240,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                     meta['eval_pending'] = evaluate and evaluated is None
                     if evaluated:   # what its best-K copy is ranked by, should a rerun have to write that copy
                         meta['eval'] = {'eval/exact_accuracy': float(evaluated['eval/exact_accuracy'])}
+                    writer.flush()   # a bucket's metrics.jsonl then holds every step this checkpoint does
                     checkpointer.save(step, tree, meta, evaluated)
                 log.paused(time.time() - paused)
                 if stop:
