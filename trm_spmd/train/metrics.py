@@ -299,7 +299,7 @@ class TrainLog:
 
 
 # A mixture's per-task copies of the generic eval metrics the progress line leaves out.
-_TASK_DETAIL = ('accuracy', 'q_halt_accuracy', 'steps', 'lm_loss', 'count', 'tasks')
+_TASK_DETAIL = ('accuracy', 'q_halt_accuracy', 'steps', 'lm_loss', 'count', 'tasks', 'tasks_with_solutions')
 
 
 def task_scores(metrics):
