@@ -300,3 +300,31 @@ def test_solve_attempts_make_a_submission_entry():
     assert entry[0] == {'attempt_1': [[1, 1], [1, 1]], 'attempt_2': [[1, 1], [1, 1]]}   # one candidate: twice
     assert attempts.right_attempts(task, results) == (2, 1)
     assert attempts.right_attempts(_task(7, tests=2, outputs=False), results) == (0, 0)
+
+
+def test_an_official_checkpoint_is_post_trained_with_a_new_table(tmp_path):
+    """An official checkpoint of another dataset (40 rows) into a model of 13: the network as it
+    was, the new rows the mean of the official's trained rows, split by rows over the devices."""
+    import dataclasses
+    from trm_spmd.model import TRM, to_official
+    from trm_spmd.runtime import create_runtime
+    from trm_spmd.train.checkpoint_io import initialize_from
+    from trm_spmd.train.setup import build_trainer, settle
+    config = load_config(os.path.join(REPO, 'configs/arc.py:posttrain,runlocal'))
+    runtime = create_runtime(config)
+    trainer = build_trainer(config, runtime, num_puzzle_identifiers=13)
+    source = TRM(dataclasses.replace(trainer.cfg, num_puzzle_identifiers=40))
+    with torch.no_grad():
+        source.puzzle_emb.normal_()
+        source.lm_head.weight.normal_()
+    path = tmp_path / 'official.pt'
+    torch.save(to_official(source.state_dict(), compiled=True), path)
+    initialize_from(f'official:{path}', trainer, 'mean')
+    settle(trainer, runtime)
+    assert 'devices=[8,1]' in runtime.sharding_spec(trainer.model.puzzle_emb)
+    table = trainer.model.puzzle_emb.detach().cpu().numpy()
+    expected = source.puzzle_emb.detach().numpy()[1:].mean(0, dtype=np.float64)
+    assert not table[0].any()
+    np.testing.assert_allclose(table[1:], np.broadcast_to(expected, (12, table.shape[1])), rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(trainer.model.lm_head.weight.detach().cpu().numpy(),
+                                  source.lm_head.weight.detach().numpy())
