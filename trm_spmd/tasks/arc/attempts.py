@@ -14,7 +14,7 @@ import numpy as np
 from trm_spmd.data.errors import PuzzleError
 from trm_spmd.errors import UserError
 from trm_spmd.tasks.arc.grid import check_grid, forward, to_tokens
-from trm_spmd.tasks.arc.score import ArcScorer
+from trm_spmd.tasks.arc.score import ArcScorer, attempts_of
 
 
 def read_task(path, task_id=''):
@@ -89,12 +89,7 @@ def _columns(grids, titles, gap=4):
 
 def submission_entry(results):
     """The ARC Prize's entry of one task: [{'attempt_1': grid, 'attempt_2': grid}] per test input."""
-    entry = []
-    for _, ranked in results:
-        grids = [grid for grid, _ in ranked[:2]] or [np.zeros((1, 1), np.uint8)]
-        grids += grids[:1] * (2 - len(grids))
-        entry.append({f'attempt_{k + 1}': g.tolist() if g.size else [[0]] for k, g in enumerate(grids)})
-    return entry
+    return [attempts_of([grid for grid, _ in ranked]) for _, ranked in results]
 
 
 def right_attempts(task, results):

@@ -26,6 +26,16 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
 
 
+def attempts_of(candidates):
+    """{'attempt_1': grid, 'attempt_2': grid} of one test input from its candidate grids, best
+    first: the ARC Prize's entry for it."""
+    # A test input without any vote still gets its attempts, so the file is a valid submission.
+    chosen = candidates[:ATTEMPTS] or [np.zeros((1, 1), np.uint8)]
+    chosen += [chosen[0]] * (ATTEMPTS - len(chosen))
+    # An empty answer (no colour at the canvas's corner) is no grid the format allows.
+    return {f'attempt_{i + 1}': g.tolist() if g.size else [[0]] for i, g in enumerate(chosen)}
+
+
 class ArcScorer:
     """add() the model's answers to test rows (any order, any split into calls), then
     result() -> ({'pass@1': .., 'pass@2': .., 'tasks': ..}, submission)."""
@@ -84,11 +94,7 @@ class ArcScorer:
                     answer = grid_hash(np.asarray(pair['output'], np.uint8))
                     for k in PASS_KS:
                         hits[k] += any(grid_hash(g) == answer for g in candidates[:k])
-                # A test input without any vote still gets its attempts, so the file is a valid submission.
-                chosen = (candidates[:ATTEMPTS] or [np.zeros((1, 1), np.uint8)])
-                chosen += [chosen[0]] * (ATTEMPTS - len(chosen))
-                # An empty answer (no colour at the canvas's corner) is no grid the format allows.
-                attempts.append({f'attempt_{i + 1}': g.tolist() if g.size else [[0]] for i, g in enumerate(chosen)})
+                attempts.append(attempts_of(candidates))
             submission[task] = attempts
             scored += known
             for k in PASS_KS:
