@@ -504,6 +504,30 @@ def test_setup_from_git(env, capfd):
     assert env.calls() == []
 
 
+@pytest.mark.parametrize('named', [False, True])
+def test_setup_sh_refuses_a_python_older_than_the_lock_needs(tmp_path, named):
+    """A TPU VM's python3 is 3.10, which cannot install requirements.lock: setup.sh says so in one
+    line (with the fix) rather than failing half-way through pip, whether the interpreter was found
+    on PATH or named by TRM_SPMD_PYTHON."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    old = bin_dir / 'python3'
+    old.write_text('#!/bin/sh\n[ "$1" = -V ] && { echo "Python 3.10.12"; exit 0; }\nexit 1\n')   # fails the version check
+    old.chmod(0o755)
+    for tool in ('dirname',):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    env = {'PATH': str(bin_dir), 'HOME': str(tmp_path)}
+    if named:
+        env['TRM_SPMD_PYTHON'] = 'python3'
+    done = subprocess.run(['/bin/bash', os.path.join(REPO, 'launch', 'setup.sh')], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ''
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and '3.11 or 3.12' in lines[0], done.stderr
+    assert ('TRM_SPMD_PYTHON=python3' in lines[0]) if named else ('Python 3.10.12' in lines[0] and 'apt-get' in lines[0])
+    assert not (tmp_path / '.cache').exists()   # nothing created
+
+
 def test_data_build_checks_that_workers_agree(env, capfd):
     same = ''.join(f'dataset {"a" * 64} t1v-w-{i}\n' for i in range(8))
     env.reply({'sha256sum': same})
