@@ -215,7 +215,9 @@ def test_the_frozen_phase_leaves_the_network_bit_identical_then_everything_train
 def pretrained(tmp_path_factory):
     from trm_spmd.train.loop import train_and_evaluate
     workdir = tmp_path_factory.mktemp('pre') / 'run'
-    train_and_evaluate(load_config(os.path.join(REPO, 'configs/arc.py:arc1,runlocal')), str(workdir))
+    with pytest.MonkeyPatch.context() as patch:   # the session's dataset cache, as the tests' own runs use it
+        patch.setenv('TRM_SPMD_DATA', str(tmp_path_factory.getbasetemp() / 'datasets'))
+        train_and_evaluate(load_config(os.path.join(REPO, 'configs/arc.py:arc1,runlocal')), str(workdir))
     return workdir
 
 
