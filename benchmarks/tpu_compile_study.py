@@ -42,6 +42,7 @@ FAMILIES = ('baseline', 'batch_scaling', 'ablations', 'tn_sweep', 'scaling', 'ad
             'arc')
 
 FLAGS = flags.FLAGS
+ATTENTION_ONLY = ('attention_impl', 'attention_block')
 
 
 def define_flags():
@@ -60,7 +61,11 @@ def step_fields(config):
     """What a config's compiled train step depends on; two configs with the same fields run
     the same program on the chip."""
     c = config
-    return {'model': c.model.to_dict(), 'global_batch_size': c.data.global_batch_size, 'sizes': tasks.sizes(c),
+    model = c.model.to_dict()
+    if model['mlp_t']:   # the attention's settings change nothing in a token-mixing MLP's step
+        for key in ATTENTION_ONLY:
+            model.pop(key, None)
+    return {'model': model, 'global_batch_size': c.data.global_batch_size, 'sizes': tasks.sizes(c),
             'optimizer': c.optim.name, 'grad_accum_steps': c.optim.grad_accum_steps,
             'grad_clip': c.optim.grad_clip > 0, 'ema': c.ema.enabled, 'no_ACT_continue': c.act.no_ACT_continue,
             'loss': c.loss.type, 'mesh': list(c.mesh.shape)}
