@@ -1,18 +1,29 @@
 """Self-attention's core, softmax(q k^T / sqrt(d), masked) v, computed two ways (model.attention_impl).
 
 dense      F.scaled_dot_product_attention: every score of the [L, L] matrix at once. Under
-           XLA its decomposition computes in float32 and autograd keeps the probabilities for
-           the backward pass: at 916 positions and 24 rows per chip that is [192, 916, 916]
-           float32, 644 MB, per attention of the grad cycle (benchmarks/README.md).
-blockwise  the queries in blocks of `block` positions; each block reads its keys in spans
-           (a span is one or more key blocks), the softmax kept online across spans
-           (running max and sum in float32), the products in the activation dtype with
-           float32 results. Nothing of size [L, L] outlives a block, the forward keeps only
-           q, k, v, the output and the log-sum-exp per row, and the backward recomputes each
-           block's probabilities from them (the flash-attention scheme, here as plain torch
-           for XLA to compile: static block counts and slices, no data-dependent shapes).
-           With a mask the schedule is made once from it (on the host): key blocks a query
-           block cannot see at all are skipped, spans the mask covers whole need no mask.
+           XLA its decomposition computes in float32 (products included) and autograd keeps
+           the probabilities for the backward pass: at 916 positions and 24 rows per chip,
+           [192, 916, 916] float32, 644 MB, per attention of the grad cycle.
+blockwise  the flash-attention scheme as plain torch for XLA to compile (static blocks and
+           slices, no data-dependent shapes). The queries go in blocks of `block` positions;
+           a block reads its keys in spans (one or more key blocks) under an online softmax,
+           its running max and sum in float32. The products take the activation dtype and
+           write float32; the row sums are of the float32 probabilities (summing them in the
+           value product instead, a column of ones beside v, is faster under XLA but moves
+           the logits twice as far from the official model's). The forward keeps q, k,
+           v, the output and one log-sum-exp per query; the backward recomputes each block's
+           probabilities from them, in two passes that each contract the scores along their
+           last axis: dq by query blocks ([queries, keys]), dk and dv by key blocks ([keys,
+           queries]), which spares XLA the transposed copies of [L, L] tensors a joint pass
+           makes. Nothing of size [L, L] outlives a block.
+           A mask's schedule is made once, on the host: key blocks a query block cannot see
+           are skipped, and spans it covers whole need no mask.
+
+What each path costs on a TPU, and why the default block is 512 (benchmarks/README.md,
+"Attention at 916 positions"): under XLA every [L, L] intermediate goes through HBM, so
+smaller blocks only save memory, and skipping masked 128-blocks costs more in small
+operations than it saves; xla.attention_kernel (runtime/attention_kernel.py) is the fused
+kernel that keeps the scores on chip and does skip them.
 
 The mask is boolean [L, L], True where query i may read key j (model/attention_mask.py), and
 constant: the schedule depends on it.
@@ -25,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 IMPLS = ('auto', 'dense', 'blockwise')
-BLOCK = 128
+BLOCK = 512
 # Running max before any key is seen: finite, so that rows a span masks out whole give
 # exp(-inf - (-1e30)) = 0 rather than exp(-inf + inf) = nan.
 _NO_MAX = -1e30
@@ -39,18 +50,20 @@ class Span:
 
 
 @dataclasses.dataclass(frozen=True)
-class QueryBlock:
+class Block:
     start: int
     stop: int
-    spans: tuple       # of Span, in key order
+    spans: tuple       # of Span: the positions of the other side it reads, in order
 
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """Which keys each block of queries reads, for sequences of `length` positions."""
+    """Which keys each block of queries reads (blocks), and which queries read each block of
+    keys (key_blocks: the schedule of the transposed mask), for `length` positions."""
     length: int
     block: int
-    blocks: tuple      # of QueryBlock
+    blocks: tuple      # of Block
+    key_blocks: tuple  # of Block
 
     @property
     def pairs_computed(self):
@@ -62,29 +75,36 @@ def schedule(length, mask=None, block=BLOCK, span=0):
     """The blockwise schedule for `length` positions: queries and keys in blocks of `block`
     (the last one shorter), a query block's visible key blocks merged into spans of up to
     `span` positions (0: a span runs as far as the visible blocks are consecutive). `mask`
-    is a boolean [length, length] CPU tensor or None (every pair)."""
+    is a boolean [length, length] CPU tensor or None (every pair); every query must see a key."""
     if block < 1:
         raise ValueError(f'attention block {block} must be >= 1')
     if mask is not None and tuple(mask.shape) != (length, length):
         raise ValueError(f'attention mask of shape {tuple(mask.shape)} for {length} positions')
-    starts = list(range(0, length, block))
-    bounds = [(s, min(s + block, length)) for s in starts]
+    plan = Schedule(length, block, _blocks(length, mask, block, span),
+                    _blocks(length, None if mask is None else mask.t(), block, span))
+    if any(not b.spans for b in plan.blocks):
+        raise ValueError('the attention mask leaves queries that read no key')
+    return plan
+
+
+def _blocks(length, mask, block, span):
+    """The Blocks of rows of `mask` ([rows, columns]; None: all True), each with the spans of
+    columns it reads."""
+    bounds = [(s, min(s + block, length)) for s in range(0, length, block)]
     limit = span or length
     blocks = []
-    for q0, q1 in bounds:
-        visible = [(k0, k1) for k0, k1 in bounds if mask is None or bool(mask[q0:q1, k0:k1].any())]
-        spans, current = [], None
-        for k0, k1 in visible:
-            if current and current[1] == k0 and k1 - current[0] <= limit:
-                current = (current[0], k1)
+    for r0, r1 in bounds:
+        spans = []
+        for c0, c1 in bounds:
+            if mask is not None and not bool(mask[r0:r1, c0:c1].any()):
+                continue
+            if spans and spans[-1][1] == c0 and c1 - spans[-1][0] <= limit:
+                spans[-1] = (spans[-1][0], c1)
             else:
-                if current:
-                    spans.append(current)
-                current = (k0, k1)
-        spans.append(current)
-        blocks.append(QueryBlock(q0, q1, tuple(
-            Span(k0, k1, mask is not None and not bool(mask[q0:q1, k0:k1].all())) for k0, k1 in spans)))
-    return Schedule(length, block, tuple(blocks))
+                spans.append((c0, c1))
+        blocks.append(Block(r0, r1, tuple(
+            Span(c0, c1, mask is not None and not bool(mask[r0:r1, c0:c1].all())) for c0, c1 in spans)))
+    return tuple(blocks)
 
 
 @functools.lru_cache(maxsize=32)
@@ -103,40 +123,50 @@ def _product(a, b):
     return torch.matmul(_wide(a), _wide(b))
 
 
-def _scores(q, k, scale, mask, block, span):
+def _scores(q, k, scale, mask, start, stop, span):
+    """Scores [queries start:stop, keys of the span] in float32, masked."""
     s = _product(q, k.transpose(-1, -2)) * scale
     if span.masked:
-        s = s.masked_fill(~mask[block.start:block.stop, span.start:span.stop], float('-inf'))
+        s = s.masked_fill(~mask[start:stop, span.start:span.stop], float('-inf'))
     return s
+
+
+def _scores_t(k, q_t, scale, mask, start, stop, span):
+    """Scores transposed, [keys start:stop, queries of the span], from q^T, in float32, masked."""
+    s = _product(k, q_t) * scale
+    if span.masked:
+        s = s.masked_fill(~mask[span.start:span.stop, start:stop].t(), float('-inf'))
+    return s
+
+
+def _forward_block(q, k, v, mask, block, scale):
+    """(out, lse) of one query block: online softmax over its spans."""
+    qb = q[..., block.start:block.stop, :]
+    row_max = row_sum = acc = None
+    for span in block.spans:
+        s = _scores(qb, k[..., span.start:span.stop, :], scale, mask, block.start, block.stop, span)
+        v_span = v[..., span.start:span.stop, :]
+        new_max = s.amax(-1, keepdim=True)
+        new_max = new_max.clamp(min=_NO_MAX) if row_max is None else torch.maximum(row_max, new_max)
+        p = torch.exp(s - new_max)
+        p_sum = p.sum(-1, keepdim=True)
+        pv = _product(p.to(v.dtype), v_span)
+        if row_max is None:
+            acc, row_sum = pv, p_sum
+        else:
+            rescale = torch.exp(row_max - new_max)
+            acc, row_sum = acc * rescale + pv, row_sum * rescale + p_sum
+        row_max = new_max
+    return (acc / row_sum).to(q.dtype), row_max + torch.log(row_sum)
 
 
 class _Blockwise(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, plan):
         scale = q.shape[-1] ** -0.5
-        outs, lses = [], []
-        for block in plan.blocks:
-            qb = q[..., block.start:block.stop, :]
-            row_max = row_sum = acc = None
-            for span in block.spans:
-                s = _scores(qb, k[..., span.start:span.stop, :], scale, mask, block, span)
-                v_span = v[..., span.start:span.stop, :]
-                if acc is None:
-                    row_max = s.amax(-1, keepdim=True).clamp(min=_NO_MAX)
-                    p = torch.exp(s - row_max)
-                    row_sum = p.sum(-1, keepdim=True)
-                    acc = _product(p.to(v.dtype), v_span)
-                else:
-                    new_max = torch.maximum(row_max, s.amax(-1, keepdim=True))
-                    rescale = torch.exp(row_max - new_max)
-                    p = torch.exp(s - new_max)
-                    row_sum = row_sum * rescale + p.sum(-1, keepdim=True)
-                    acc = acc * rescale + _product(p.to(v.dtype), v_span)
-                    row_max = new_max
-            outs.append((acc / row_sum).to(q.dtype))
-            lses.append(row_max + torch.log(row_sum))
-        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
-        lse = torch.cat(lses, dim=-2) if len(lses) > 1 else lses[0]
+        parts = [_forward_block(q, k, v, mask, block, scale) for block in plan.blocks]
+        out = torch.cat([o for o, _ in parts], dim=-2) if len(parts) > 1 else parts[0][0]
+        lse = torch.cat([l for _, l in parts], dim=-2) if len(parts) > 1 else parts[0][1]
         ctx.save_for_backward(q, k, v, out, lse, mask)
         ctx.plan = plan
         return out
@@ -149,42 +179,46 @@ class _Blockwise(torch.autograd.Function):
         grad_out = grad_out.to(q.dtype)
         # d softmax: dS = P * (dP - rowsum(dO * O)).
         delta = (_wide(grad_out) * _wide(out)).sum(-1, keepdim=True)
-        dk = {start: None for start in range(0, plan.length, plan.block)}
-        dv = dict(dk)
-        dqs = []
-
-        def add(acc, key, value):
-            acc[key] = value if acc[key] is None else acc[key] + value
-
+        # Two passes, each block's scores recomputed in the orientation its products contract:
+        # dq by query blocks (scores [queries, keys]), dk and dv by key blocks ([keys, queries]).
+        dq = []
         for block in plan.blocks:
             rows = slice(block.start, block.stop)
             qb, dob = q[..., rows, :], grad_out[..., rows, :]
-            dq = None
+            acc = None
             for span in block.spans:
                 keys = slice(span.start, span.stop)
                 kb, vb = k[..., keys, :], v[..., keys, :]
-                p = torch.exp(_scores(qb, kb, scale, mask, block, span) - lse[..., rows, :])
-                dv_span = _product(p.to(q.dtype).transpose(-1, -2), dob)
+                p = torch.exp(_scores(qb, kb, scale, mask, block.start, block.stop, span) - lse[..., rows, :])
                 ds = (p * (_product(dob, vb.transpose(-1, -2)) - delta[..., rows, :]) * scale).to(q.dtype)
-                dq_span = _product(ds, kb)
-                dq = dq_span if dq is None else dq + dq_span
-                dk_span = _product(ds.transpose(-1, -2), qb)
-                # A span covers whole key blocks: its gradients go to them block by block.
-                for start in range(span.start, span.stop, plan.block):
-                    part = slice(start - span.start, min(start + plan.block, span.stop) - span.start)
-                    add(dk, start, dk_span[..., part, :])
-                    add(dv, start, dv_span[..., part, :])
-            dqs.append(dq)
+                part = _product(ds, kb)
+                acc = part if acc is None else acc + part
+            dq.append(acc)
+        lse_t, delta_t = lse.transpose(-1, -2), delta.transpose(-1, -2)
+        q_t, do_t = q.transpose(-1, -2), grad_out.transpose(-1, -2)
+        dk, dv = [], []
+        for block in plan.key_blocks:
+            keys = slice(block.start, block.stop)
+            kb, vb = k[..., keys, :], v[..., keys, :]
+            dk_acc = dv_acc = None
+            for span in block.spans:
+                rows = slice(span.start, span.stop)
+                s_t = _scores_t(kb, q_t[..., rows], scale, mask, block.start, block.stop, span)
+                p_t = torch.exp(s_t - lse_t[..., rows])
+                dv_part = _product(p_t.to(q.dtype), grad_out[..., rows, :])
+                ds_t = (p_t * (_product(vb, do_t[..., rows]) - delta_t[..., rows]) * scale).to(q.dtype)
+                dk_part = _product(ds_t, q[..., rows, :])
+                dk_acc = dk_part if dk_acc is None else dk_acc + dk_part
+                dv_acc = dv_part if dv_acc is None else dv_acc + dv_part
+            if dk_acc is None:   # keys no query reads
+                dk_acc = dv_acc = torch.zeros_like(_wide(kb))
+            dk.append(dk_acc)
+            dv.append(dv_acc)
 
         def whole(parts, like):
-            # A key block no query block reads gets no gradient.
-            parts = [p if p is not None else like.new_zeros(like[..., s:min(s + plan.block, plan.length), :].shape,
-                                                            dtype=lse.dtype)
-                     for s, p in parts.items()]
             return (torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]).to(like.dtype)
 
-        dq = torch.cat(dqs, dim=-2) if len(dqs) > 1 else dqs[0]
-        return dq.to(q.dtype), whole(dk, k), whole(dv, v), None, None
+        return whole(dq, q), whole(dk, k), whole(dv, v), None, None
 
 
 def blockwise(q, k, v, mask=None, plan=None, block=BLOCK):
