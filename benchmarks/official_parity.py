@@ -31,13 +31,16 @@ CONFIG = flags.DEFINE_string('config', 'configs/arc.py:arc1', 'the config whose 
 BATCH = flags.DEFINE_integer('batch', 4, 'rows of the compared batch')
 IDS = flags.DEFINE_integer('puzzle_identifiers', 1000, 'rows of the puzzle-embedding table')
 DTYPE = flags.DEFINE_enum('forward_dtype', 'float32', ['float32', 'bfloat16'], 'both models compute in this')
+IMPL = flags.DEFINE_enum('attention_impl', 'blockwise', ['dense', 'blockwise'],
+                         'our attention path (blockwise: what model.attention_impl=auto runs on a TPU)')
 
 
-def compare(official_path, config, batch_size, num_ids, forward_dtype='float32', seed=0):
+def compare(official_path, config, batch_size, num_ids, forward_dtype='float32', seed=0, attention_impl='blockwise'):
     """{'max_abs_logits', 'max_abs_q_halt', ...} of one ACT step, ours against the official."""
     Model, _ = _import_official(official_path)
     sizes = tasks.sizes(config)
     config.model.forward_dtype = forward_dtype
+    config.model.attention_impl = attention_impl
     cfg = TRMConfig.from_config(config, vocab_size=sizes['vocab_size'], seq_len=sizes['seq_len'],
                                 num_puzzle_identifiers=num_ids)
     torch.manual_seed(seed)
@@ -69,7 +72,8 @@ def compare(official_path, config, batch_size, num_ids, forward_dtype='float32',
             for key, ours_key in (('logits', 'logits'), ('q_halt_logits', 'q_halt_logits'))}
     return {'config': config.name + ':' + config.variant, 'batch': batch_size, 'seq_len': sizes['seq_len'],
             'vocab_size': sizes['vocab_size'], 'puzzle_identifiers': num_ids, 'mlp_t': cfg.mlp_t,
-            'pos_encodings': cfg.pos_encodings, 'forward_dtype': forward_dtype, 'max_abs_logits': diff['logits'],
+            'pos_encodings': cfg.pos_encodings, 'forward_dtype': forward_dtype,
+            'attention': cfg.token_mixing(), 'max_abs_logits': diff['logits'],
             'max_abs_q_halt': diff['q_halt_logits'],
             'logits_scale': float(out['logits'].abs().max()),
             'logits_change_with_other_identifiers': float((out['logits'] - other['logits']).abs().max())}
@@ -81,7 +85,8 @@ def main(argv):
         print('error: --official=PATH of a TinyRecursiveModels checkout is required', file=sys.stderr)
         sys.exit(2)
     try:
-        result = compare(FLAGS.value, load_config(CONFIG.value), BATCH.value, IDS.value, DTYPE.value)
+        result = compare(FLAGS.value, load_config(CONFIG.value), BATCH.value, IDS.value, DTYPE.value,
+                         attention_impl=IMPL.value)
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

@@ -56,6 +56,10 @@ def default_config() -> ml_collections.ConfigDict:
     m.rope_theta = 10000.0
     m.attention_mask = 'full'    # attention only: 'full' | 'sudoku' (row, column, box) | 'window' (a square grid)
     m.attention_window = 1       # 'window': Chebyshev radius of the cells a cell attends to
+    m.attention_impl = 'auto'    # attention only: 'auto' | 'dense' | 'blockwise' (model/attention.py; auto: what is
+    #                              faster on the backend, blockwise on a TPU, dense elsewhere; the run log says which;
+    #                              at 916 positions blockwise fits 72 rows per v4 chip, dense 160: benchmarks/README.md)
+    m.attention_block = 512      # 'blockwise': positions per block of queries and of keys
     m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
     m.rms_norm_eps = 1e-5
@@ -148,6 +152,7 @@ def default_config() -> ml_collections.ConfigDict:
     x.cache_dir = ''             # persistent compilation cache: '' -> ~/.cache/trm_spmd/xla_cache on TPU, 'none' -> off
     x.max_different_graphs = 8
     x.token_mix_kernel = False   # each block's token-mixing sublayer (model.mlp_t) as Pallas kernels; TPU only
+    x.attention_kernel = False   # self-attention (model.mlp_t=False) as fused flash-attention Pallas kernels; TPU only
 
     c.native = n = ml_collections.ConfigDict()
     n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...

@@ -77,6 +77,10 @@ def validate(config, device_count=None, process_count=1):
                                       '(or auto on a TPU VM)')
         _check(c.model.hidden_size % 128 == 0, f'xla.token_mix_kernel=True tiles the channels by 128: '
                                                f'model.hidden_size={c.model.hidden_size} must be a multiple of 128')
+    if c.xla.attention_kernel:
+        _check(not c.model.mlp_t, 'xla.attention_kernel=True computes self-attention: it needs model.mlp_t=False')
+        _check(c.backend != 'native', 'xla.attention_kernel=True is a TPU kernel: it needs backend xla '
+                                      '(or auto on a TPU VM)')
     try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig; sizes: the task's
         TRMConfig.from_config(c, **tasks.sizes(c))
     except ModelConfigError as e:

@@ -7,7 +7,7 @@ TRMConfig to apply them, so messages name the run config's keys (model.hidden_si
 import dataclasses
 
 from trm_spmd.errors import UserError
-from trm_spmd.model import attention_mask as masks
+from trm_spmd.model import attention, attention_mask as masks
 
 _DTYPES = ('bfloat16', 'float32', 'auto')
 _POS_ENCODINGS = ('none', 'rope', 'learned')
@@ -43,6 +43,8 @@ class TRMConfig:
     rope_theta: float = 1e4
     attention_mask: str = 'full'
     attention_window: int = 1
+    attention_impl: str = 'auto'
+    attention_block: int = attention.BLOCK
     puzzle_emb_ndim: int = 512
     puzzle_emb_len: int = 16
     rms_norm_eps: float = 1e-5
@@ -81,6 +83,8 @@ class TRMConfig:
             unfit = masks.fits(self.attention_mask, self.seq_len)
             check(unfit is None, f'model.attention_mask={self.attention_mask!r} {unfit}, but the task has '
                                  f'seq_len {self.seq_len}; use \'full\' or a structure of this task')
+        one_of('attention_impl', attention.IMPLS)
+        check(self.attention_block >= 1, f'model.attention_block={self.attention_block} must be >= 1')
         if self.attention_mask == 'window':
             check(self.attention_window >= 1, f'model.attention_window={self.attention_window} must be >= 1')
         if self.pos_encodings == 'rope':
@@ -109,6 +113,34 @@ class TRMConfig:
         """forward_dtype 'auto' -> fast_dtype (what the device computes fastest); others stay."""
         return dataclasses.replace(self, forward_dtype=fast_dtype) if self.forward_dtype == 'auto' else self
 
+    def with_auto_attention(self, fast_attention):
+        """attention_impl 'auto' -> fast_attention (what the backend runs fastest: Runtime.fast_attention),
+        or 'dense' where the sequence is one block; others stay. A model built from an unresolved
+        'auto' computes dense attention."""
+        if self.attention_impl != 'auto':
+            return self
+        impl = fast_attention if self.total_len > self.attention_block else 'dense'
+        return dataclasses.replace(self, attention_impl=impl)
+
+    def token_mixing(self, kernel=False):
+        """How the blocks mix positions, in words for the run log; `kernel`: a backend's Pallas
+        kernels compute it (xla.token_mix_kernel / xla.attention_kernel)."""
+        if self.mlp_t:
+            return 'MLP over positions' + (' (Pallas kernels)' if kernel else '')
+        if kernel:
+            return 'self-attention by fused flash-attention Pallas kernels'
+        if self.attention_path == 'dense':
+            return 'self-attention, dense (scaled_dot_product_attention)'
+        return (f'self-attention, blockwise ({self.attention_block}-position blocks, online softmax, '
+                'recomputed in backward)')
+
+    @property
+    def attention_path(self):
+        """The attention the model computes ('dense' or 'blockwise'), or None for the token-mixing MLP."""
+        if self.mlp_t:
+            return None
+        return 'blockwise' if self.attention_impl == 'blockwise' else 'dense'
+
     @classmethod
     def from_config(cls, config, *, vocab_size=11, seq_len=81, num_puzzle_identifiers=1):
         """Builds from the run config (`model.*`, `act.*`, `loss.*`) plus the dataset's sizes."""
@@ -129,6 +161,8 @@ class TRMConfig:
             # A run's config.json from before these keys existed (solve.py reads it) meant full attention.
             attention_mask=m.get('attention_mask', 'full'),
             attention_window=m.get('attention_window', 1),
+            attention_impl=m.get('attention_impl', 'auto'),
+            attention_block=m.get('attention_block', attention.BLOCK),
             puzzle_emb_ndim=m.puzzle_emb_ndim,
             puzzle_emb_len=m.puzzle_emb_len,
             rms_norm_eps=m.rms_norm_eps,

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trm_spmd.model import attention
+
 
 def trunc_normal_(tensor, std=1.0, bound=2.0):
     """JAX-style truncated normal: cut at +-bound sigma, rescaled so the result has std `std`.
@@ -141,12 +143,23 @@ def apply_rope(x, cos, sin):
 
 
 class Attention(nn.Module):
-    """Non-causal multi-head self-attention; qkv_proj packs [q; k; v] along its output rows."""
+    """Non-causal multi-head self-attention; qkv_proj packs [q; k; v] along its output rows.
 
-    def __init__(self, hidden_size, num_heads):
+    impl: 'dense' or 'blockwise' (model/attention.py); plan: the blockwise schedule of the
+    sequence length and mask this layer sees (attention.schedule; may be None without a mask).
+    kernel_fn (set by a backend, TRM.use_attention_kernel): fn(q, k, v, mask) -> the attention
+    output [B, H, L, Dh] computed by a kernel, in place of impl.
+    """
+
+    def __init__(self, hidden_size, num_heads, impl='dense', plan=None):
         super().__init__()
+        if impl not in attention.IMPLS[1:]:
+            raise ValueError(f'attention impl {impl!r} is not one of {attention.IMPLS[1:]}')
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
+        self.impl = impl
+        self.plan = plan
+        self.kernel_fn = None
         self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
         self.o_proj = CastedLinear(hidden_size, hidden_size)
 
@@ -157,5 +170,10 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        if self.kernel_fn is not None:
+            out = self.kernel_fn(q, k, v, mask)
+        elif self.impl == 'blockwise':
+            out = attention.blockwise(q, k, v, mask, self.plan)
+        else:
+            out = attention.dense(q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, d))

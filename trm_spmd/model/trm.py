@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from trm_spmd.model import attention
 from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.layers import (Attention, CastedEmbedding, CastedLinear, SwiGLU, rms_norm, rope_tables,
@@ -25,17 +26,17 @@ class Block(nn.Module):
 
     token_mix_fn (set by a backend, TRM.use_token_mix_kernel): fn(h, gate_up weight, down
     weight, eps) -> rms_norm(h + mlp_t(h), eps, dim=1), the token-mixing sublayer computed by
-    a kernel.
+    a kernel. plan: the blockwise attention's schedule (attention.schedule), if it has one.
     """
 
-    def __init__(self, cfg: TRMConfig):
+    def __init__(self, cfg: TRMConfig, plan=None):
         super().__init__()
         self.eps = cfg.rms_norm_eps
         self.mlp_t_mixing = cfg.mlp_t
         if cfg.mlp_t:
             self.mlp_t = SwiGLU(cfg.total_len, cfg.expansion, axis=1)
         else:
-            self.self_attn = Attention(cfg.hidden_size, cfg.num_heads)
+            self.self_attn = Attention(cfg.hidden_size, cfg.num_heads, cfg.attention_path, plan)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.expansion)
         self.token_mix_fn = None
 
@@ -53,9 +54,9 @@ class Block(nn.Module):
 class ReasoningModule(nn.Module):
     """f(h, injection): the blocks applied in order to h + injection."""
 
-    def __init__(self, cfg: TRMConfig):
+    def __init__(self, cfg: TRMConfig, plan=None):
         super().__init__()
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.L_layers))
+        self.layers = nn.ModuleList(Block(cfg, plan) for _ in range(cfg.L_layers))
 
     def forward(self, h, injection, rope=None, mask=None):
         h = h + injection
@@ -95,9 +96,12 @@ class TRM(nn.Module):
         elif cfg.pos_encodings == 'learned':
             self.embed_pos = CastedEmbedding(cfg.total_len, hidden, 1 / self.embed_scale, self.dtype)
         # A constant of the config, built once: not trained, not in the checkpoint ('full': None).
-        self.register_buffer('attention_mask', attention_mask(cfg.attention_mask, cfg.seq_len, cfg.prefix_len,
-                                                              cfg.attention_window), persistent=False)
-        self.L_level = ReasoningModule(cfg)
+        mask = attention_mask(cfg.attention_mask, cfg.seq_len, cfg.prefix_len, cfg.attention_window)
+        self.register_buffer('attention_mask', mask, persistent=False)
+        # The blockwise attention's schedule follows the mask, read here on the host once.
+        plan = attention.schedule(cfg.total_len, mask, cfg.attention_block) \
+            if cfg.attention_path == 'blockwise' else None
+        self.L_level = ReasoningModule(cfg, plan)
         # Reset states of z_H / z_L: random once, saved with the model, never trained.
         self.register_buffer('H_init', trunc_normal_(torch.empty(hidden, dtype=self.dtype), std=1.0))
         self.register_buffer('L_init', trunc_normal_(torch.empty(hidden, dtype=self.dtype), std=1.0))
@@ -116,6 +120,14 @@ class TRM(nn.Module):
         for module in self.modules():
             if isinstance(module, CastedLinear):
                 module.float32_weight_grad = enabled
+        return self
+
+    def use_attention_kernel(self, fn):
+        """Every block's attention core, softmax(q k^T / sqrt(d), masked) v, computed by fn
+        (Attention.kernel_fn): a backend's kernel (XlaRuntime.attention_kernel)."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.kernel_fn = fn
         return self
 
     def use_token_mix_kernel(self, fn):

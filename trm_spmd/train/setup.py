@@ -53,6 +53,7 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
     cfg = TRMConfig.from_config(config, vocab_size=vocab_size or implied['vocab_size'],
                                 seq_len=seq_len or implied['seq_len'],
                                 num_puzzle_identifiers=num_puzzle_identifiers).with_auto_dtype(runtime.fast_dtype)
+    cfg = cfg.with_auto_attention(runtime.fast_attention)
     torch.manual_seed(config.seed)
     model = TRM(cfg)
     if hasattr(runtime, 'checkpoint_fn'):
@@ -61,6 +62,8 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
         model.use_float32_weight_grads()
     if config.xla.token_mix_kernel:
         model.use_token_mix_kernel(runtime.token_mix_kernel())
+    if config.xla.attention_kernel:
+        model.use_attention_kernel(runtime.attention_kernel())
     model.to(runtime.device)
     optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
