@@ -45,12 +45,14 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- model -------------------------------------------------------------
     c.model = m = ml_collections.ConfigDict()
+    m.family = 'trm'             # 'trm' | 'urm' (Universal Reasoning Model: one hidden state, attention +
+    #                              ConvSwiGLU blocks, truncated backprop through loops; configs/urm.py)
     m.hidden_size = 512
     m.num_heads = 8
     m.expansion = 4.0
-    m.H_cycles = 3               # T in the paper
-    m.L_cycles = 6               # n in the paper
-    m.L_layers = 2
+    m.H_cycles = 3               # T in the paper (URM: outer loops, all but the last without gradients)
+    m.L_cycles = 6               # n in the paper (URM: loops per outer loop)
+    m.L_layers = 2               # (URM: num_layers)
     m.mlp_t = True               # token-mixing MLP (True) or self-attention (False)
     m.pos_encodings = 'none'     # 'rope' | 'learned' | 'none'
     m.rope_theta = 10000.0
