@@ -80,12 +80,15 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- optimizer and schedule --------------------------------------------
     c.optim = o = ml_collections.ConfigDict()
-    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion'
+    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion' | 'muon' (Muon on the 2-D weights, Adam on
+    #                              the rest: optim/muon.py)
     o.lr = 1e-4
     o.beta1 = 0.9
     o.beta2 = 0.95
     o.weight_decay = 1.0
-    o.eps = 1e-8                 # adamw only (AdamATan2 and Lion have none)
+    o.eps = 1e-8                 # adamw and muon's Adam part (AdamATan2 and Lion have none)
+    o.muon_momentum = 0.95       # muon: momentum of the 2-D weights' update (Nesterov)
+    o.muon_ns_steps = 5          # muon: Newton-Schulz iterations orthogonalising it
     o.puzzle_emb_lr = 1e-4
     o.puzzle_emb_weight_decay = 1.0
     o.warmup_steps = 2000
