@@ -5,7 +5,7 @@ whether it fits, before anything is launched.
     python benchmarks/tpu_compile_study.py --slice=v4-64 --list     # the plan: runs, and the train steps they share
 
 The runs are every variant of every family's sweep (configs/{baseline, batch_scaling, ablations,
-tn_sweep, scaling, advanced, contributions, maze, arc}.py). Many share their train step: an lr,
+tn_sweep, scaling, advanced, contributions, maze, arc, urm}.py). Many share their train step: an lr,
 a warmup or a run length changes nothing the chip executes, so each distinct train step
 (model, batch, task sizes, optimizer, EMA, loss, mesh) is compiled once by
 benchmarks/tpu_compile.py, in its own process, and the runs that share it say so. A
@@ -39,7 +39,7 @@ from trm_spmd.train.schedule import curriculum_stages  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ('baseline', 'batch_scaling', 'ablations', 'tn_sweep', 'scaling', 'advanced', 'contributions', 'maze',
-            'arc')
+            'arc', 'urm')
 
 FLAGS = flags.FLAGS
 
@@ -60,7 +60,10 @@ def step_fields(config):
     """What a config's compiled train step depends on; two configs with the same fields run
     the same program on the chip."""
     c = config
-    return {'model': c.model.to_dict(), 'global_batch_size': c.data.global_batch_size, 'sizes': tasks.sizes(c),
+    model = c.model.to_dict()
+    if model.get('family') == 'trm':   # steps compiled before model.family existed keep their keys
+        del model['family']
+    return {'model': model, 'global_batch_size': c.data.global_batch_size, 'sizes': tasks.sizes(c),
             'optimizer': c.optim.name, 'grad_accum_steps': c.optim.grad_accum_steps,
             'grad_clip': c.optim.grad_clip > 0, 'ema': c.ema.enabled, 'no_ACT_continue': c.act.no_ACT_continue,
             'loss': c.loss.type, 'mesh': list(c.mesh.shape)}
