@@ -282,18 +282,29 @@ def test_sudoku_steps_follow_the_scripts_epochs():
 # ---- on the SPMD path -----------------------------------------------------------------
 
 @pytest.mark.slow
-def test_urm_with_muon_compiles_once_without_fallbacks_or_host_syncs(tmp_path):
+def test_urm_with_muon_compiles_once_and_resumes_exactly(tmp_path):
     """The URM train step (ConvSwiGLU's convolution, the no-grad loops) and Muon's
     Newton-Schulz products compile into one graph on 8 XLA devices: nothing recompiles after
-    warm-up, no op falls back to the CPU, nothing is read back inside a step."""
+    warm-up, no op falls back to the CPU, nothing is read back inside a step. A resume from
+    the checkpoint before the last ends with the same weights, Muon and Adam states, EMA and
+    carry (the one hidden state of every row) as the straight run."""
     from trm_spmd.config import load_config
     from trm_spmd.train.loop import train_and_evaluate
-    config = load_config(f'{REPO}/configs/urm.py:sudoku,runlocal')   # arc2's network and optimizer on 81 cells
-    config.update_from_flattened_dict({'optim.name': 'muon', 'train.total_steps': 10, 'train.eval_every_steps': 5,
-                                       'train.log_every_steps': 1, 'checkpoint.keep_best': 0})
-    assert config.model.family == 'urm' and config.model.H_cycles == 2
-    train_and_evaluate(config, str(tmp_path))
-    with open(os.path.join(tmp_path, 'metrics.jsonl')) as f:
+    from test_lifecycle import assert_resume_is_exact
+
+    def train(workdir):
+        config = load_config(f'{REPO}/configs/urm.py:sudoku,runlocal')   # arc2's network and optimizer, 81 cells
+        config.update_from_flattened_dict({'optim.name': 'muon', 'train.total_steps': 10,
+                                           'train.eval_every_steps': 5, 'train.log_every_steps': 1,
+                                           'checkpoint.every_steps': 4, 'checkpoint.keep_best': 0})
+        assert config.model.family == 'urm' and config.model.H_cycles == 2
+        train_and_evaluate(config, str(workdir))
+
+    train(tmp_path / 'run')
+    _, state = assert_resume_is_exact(tmp_path / 'run', tmp_path / 'resumed', 10, train)
+    assert state['carry/hidden'].shape == (16, 1 + SEQ, 32)
+    assert any(key.endswith('/momentum_buffer') for key in state) and any(key.endswith('/exp_avg') for key in state)
+    with open(os.path.join(tmp_path, 'run', 'metrics.jsonl')) as f:
         train = [r for r in map(json.loads, f) if 'train/loss' in r]
     assert [r['step'] for r in train] == list(range(1, 11))
     # Warm-up: the first train step and the first evaluation (step 5), read at step 6.
@@ -301,3 +312,12 @@ def test_urm_with_muon_compiles_once_without_fallbacks_or_host_syncs(tmp_path):
     assert all(r['xla/cpu_fallback_ops'] == 0 for r in train)
     assert len({r['xla/host_syncs'] for r in train}) == 1
     assert all(torch.isfinite(torch.tensor(r['train/loss'])) for r in train)
+    # solve.py rebuilds the run's network from its config.json: a URM, with its EMA weights.
+    import numpy as np
+    from trm_spmd.solve import build_model as solver_model, load_run, solve
+    config, state = load_run(str(tmp_path / 'run'))
+    model = solver_model(config, state, SEQ)
+    assert isinstance(model, URM) and torch.equal(model.layers[0].mlp.dwconv.bias.detach(),
+                                                  torch.from_numpy(np.asarray(state['ema']['layers.0.mlp.dwconv.bias'])))
+    tokens, steps, _ = solve(model, np.ones((1, SEQ), np.int32))[0]
+    assert tokens.shape == (SEQ,) and 1 <= steps <= 2

@@ -34,7 +34,7 @@ from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
 from trm_spmd.model.act import act_step, initial_carry
 from trm_spmd.model.config import TRMConfig
-from trm_spmd.model.families import build_model
+from trm_spmd.model import families
 from trm_spmd.model.losses import predictions
 from trm_spmd.runtime.native import fast_dtype
 from trm_spmd.tasks.arc import attempts, grid as arc_grid
@@ -86,7 +86,7 @@ def build_model(config, state, seq_len):
     cfg = TRMConfig.from_config(config, vocab_size=shapes['embed_tokens.weight'][0], seq_len=seq_len,
                                 num_puzzle_identifiers=shapes['puzzle_emb'][0] if 'puzzle_emb' in shapes else 1,
                                 ).with_auto_dtype(fast_dtype(torch.device('cpu')))
-    model = build_model(cfg)
+    model = families.build_model(cfg)
     weights = {k: torch.from_numpy(np.asarray(v)) for k, v in state['model'].items()}
     weights.update({k: torch.from_numpy(np.asarray(v)) for k, v in state.get('ema', {}).items()})
     expected = model.state_dict()
