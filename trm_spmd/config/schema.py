@@ -16,7 +16,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.mode = 'train'             # 'train' | 'eval' (eval-only on a restored/imported checkpoint)
     c.seed = 0
     c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla on a TPU VM or with PJRT_DEVICE set)
-    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (TinyRecursiveModels state_dict)
+    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (a TinyRecursiveModels or URM checkpoint)
 
     # ---- data --------------------------------------------------------------
     c.data = d = ml_collections.ConfigDict()
