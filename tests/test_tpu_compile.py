@@ -332,6 +332,12 @@ def test_the_study_compiles_each_distinct_train_step_once(monkeypatch):
     for other in ('configs/ablations.py:ema_off', 'configs/batch_scaling.py:b256', 'configs/tn_sweep.py:t2_n2',
                   'configs/contributions.py:multi_task', 'configs/arc.py:arc1'):
         assert key[other] != base, other
+    assert key['configs/urm.py:arc1'] != key['configs/arc.py:arc1'] != key['configs/urm.py:arc2']
+    # Every kept result still belongs to a planned step: a field added to the schema later
+    # (model.family, optim.muon_*) leaves the keys of the steps compiled before it alone.
+    kept_dir = os.path.join(REPO, 'benchmarks', 'results', 'tpu_compile_study_v4-64')
+    kept_keys = {name[:-len('.json')] for name in os.listdir(kept_dir) if not name.startswith('tpu_compile_study')}
+    assert kept_keys == set(steps)
     shares, keys, overrides = zip(*runs['configs/contributions.py:curriculum_recursion'][1])
     assert sum(shares) == pytest.approx(1.0) and keys[2] == base[0]     # its last stage is the baseline's step
     assert overrides[0] == {'curriculum.enabled': False, 'model.H_cycles': 1, 'model.L_cycles': 2}
