@@ -30,6 +30,7 @@ if __package__ in (None, ''):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import common, peaks, step_time  # noqa: E402
+from trm_spmd import fs  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
 
 
@@ -141,7 +142,8 @@ def define_flags():
     flags.DEFINE_integer('steps', 3, 'timed training steps')
     flags.DEFINE_integer('warmup', 1, 'warm-up training steps (the first compiles)')
     flags.DEFINE_integer('saves', 3, 'timed saves (the first includes orbax start-up and is reported apart)')
-    flags.DEFINE_string('workdir', '', 'where the checkpoints go (default a temporary local directory, removed)')
+    flags.DEFINE_string('workdir', '', 'where the checkpoints go (default a temporary local directory, removed; '
+                        'never a run\'s workdir)')
 
 
 def main(argv):
@@ -150,6 +152,9 @@ def main(argv):
     FLAGS = flags.FLAGS
     if FLAGS.saves < 1:
         raise UserError(f'--saves={FLAGS.saves} must be >= 1')
+    if FLAGS.workdir and any(fs.exists(fs.join(FLAGS.workdir, name)) for name in ('checkpoints', 'config.json')):
+        raise UserError(f'--workdir={FLAGS.workdir} holds a run: the benchmark writes checkpoints there and deletes '
+                        f'older ones; pass a new directory')
     carry_batch = FLAGS.carry_batch or FLAGS.config.data.global_batch_size
     config, overrides = common.config_and_overrides(**{'data.global_batch_size': FLAGS.global_batch})
     bench = step_time.TrainBench(config)

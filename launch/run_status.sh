@@ -10,7 +10,9 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 run_json="${1%/}/run.json"
+# gcloud runs its own bundled Python, which a PYTHONPATH meant for another one (a trm_spmd
+# environment's extras) breaks: it is not passed on.
 case $run_json in
-  gs://*) gcloud storage cat "$run_json" 2>/dev/null ;;
+  gs://*) env -u PYTHONPATH gcloud storage cat "$run_json" 2>/dev/null ;;
   *) cat "$run_json" 2>/dev/null ;;
 esac | sed -n 's/.*"status": *"\([^"]*\)".*/\1/p' | head -n 1

@@ -3,19 +3,21 @@
 # unchanged; installs this checkout into it (editable). Progress goes to stderr; the only
 # line on stdout, the last line of output, is the environment's python:
 #   PY=$(bash launch/setup.sh) && $PY -m pytest tests
-# Options: --tpu (adds libtpu for TPU VMs), --wandb (also the optional Weights & Biases extra,
-#          beside the environment: the python printed then sees both; launch/wandb_extra.sh), --help.
+# Options: --tpu (TPU VMs: torch_xla's libtpu, and the gs:// extra), --gcs (the gs:// extra: gcsfs,
+#          google-cloud-storage and a Cloud Storage server for rehearsals), --wandb (the Weights & Biases
+#          extra); extras go beside the environment and the python printed sees both (launch/extras.sh).
 # Environment: TRM_SPMD_PYTHON (interpreter to build from, default python3),
 #              TRM_SPMD_ENV_ROOT (where environments live, default ~/.cache/trm_spmd).
 set -euo pipefail
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
 tpu=0
-wandb=0
+extras=()
 for arg in "$@"; do
   case "$arg" in
     --tpu) tpu=1 ;;
-    --wandb) wandb=1 ;;
+    --gcs) extras+=(gcs) ;;
+    --wandb) extras+=(wandb) ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
@@ -82,7 +84,9 @@ if [ "$installed" != "$repo" ]; then
   say "step 3/3: installing $repo (editable)"
   "$py" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e "$repo" >&2
 fi
-if [ "$wandb" = 1 ]; then
-  exec bash "$repo/launch/wandb_extra.sh" "$py"
+# A TPU VM's runs live on gs://: its workers get the pinned gs:// extra the tests ran with.
+[ "$tpu" = 1 ] && extras+=(gcs)
+if [ "${#extras[@]}" -gt 0 ]; then
+  exec bash "$repo/launch/extras.sh" "$py" $(printf '%s\n' "${extras[@]}" | sort -u)
 fi
 echo "$py"

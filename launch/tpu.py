@@ -49,12 +49,9 @@ QUEUE_PATTERN = '[t]rm_queue/[^ ]*[.]sh'
 STOPPED_EXIT = 75
 SSH_FAILED_EXIT = 255   # gcloud's status when it cannot reach a worker (after its retries)
 
-ENV_PYTHON = 'PY=$(bash launch/setup.sh --tpu)'   # setup.sh reuses the env keyed by the lock
-# gs:// workdirs need the project's [gcs] extra (gcsfs for the trainer's files,
-# google-cloud-storage for TensorBoard's), which requirements.lock leaves out. It is installed
-# with the lock as constraints, so no locked package changes; a no-op once importable.
-GCS_PACKAGES = ('{ "$PY" -c "import gcsfs, google.cloud.storage" 2>/dev/null || "$PY" -m pip install --quiet '
-                '--disable-pip-version-check -c requirements.lock gcsfs google-cloud-storage; }')
+# setup.sh reuses the environment keyed by the lock; --tpu adds the gs:// extra that workdirs on a
+# bucket need (requirements-gcs.lock, the versions the tests ran against a Cloud Storage server).
+ENV_PYTHON = 'PY=$(bash launch/setup.sh --tpu)'
 # A detached run is watched this long, so that a bad flag, config or dataset path, which ends
 # the trainer within seconds, is reported by `run` itself rather than found later in a log.
 START_CHECK_S = 10
@@ -296,7 +293,7 @@ def git_checkout_command(url, branch):
 def cmd_setup(args, tpu, shell):
     if args.branch and not args.repo_url:
         raise LaunchError('--branch needs --repo_url (with --copy the local checkout is copied as it is)')
-    install = in_repo(ENV_PYTHON, GCS_PACKAGES, 'echo "$(hostname): ready, python $PY"')
+    install = in_repo(ENV_PYTHON, 'echo "$(hostname): ready, python $PY"')
     fix = ('read the worker output above; rerun setup (workers that finished reuse their environment)')
     if args.copy:
         tarball = os.path.join(os.path.expanduser(STAGING), SOURCE_TARBALL)

@@ -188,14 +188,59 @@ SECRETS = {
 }
 
 
-@pytest.fixture(scope='session')
-def wandb_python():
-    """A python that sees this environment and the optional wandb extra, installed as users
-    install it (launch/wandb_extra.sh, from PyPI the first time, then reused)."""
-    result = subprocess.run(['bash', os.path.join(REPO, 'launch', 'wandb_extra.sh'), sys.executable],
+def extra_python(name):
+    """A python that sees this environment and the optional extra `name` (requirements-NAME.lock),
+    installed as users install it (launch/extras.sh, from PyPI the first time, then reused)."""
+    result = subprocess.run(['bash', os.path.join(REPO, 'launch', 'extras.sh'), sys.executable, name],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope='session')
+def wandb_python():
+    return extra_python('wandb')
+
+
+@pytest.fixture(scope='session')
+def gcs_python():
+    return extra_python('gcs')
+
+
+def gcloud_environment(tmp_path, project=None):
+    """The environment of a gcloud with an empty configuration of its own under tmp_path: no
+    credentials, no project but `project`, no update check or metadata-server probe."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('CLOUDSDK_', 'GOOGLE_', 'GCE_', 'STORAGE_EMULATOR')) and k != 'PYTHONPATH'}
+    config = tmp_path / 'gcloud-config'
+    config.mkdir(exist_ok=True)
+    # gcloud asks the metadata server whether it runs on GCE the first time a configuration is
+    # used, whatever core/check_gce_metadata says, and caches the answer in this file.
+    (config / 'gce').write_text('False')
+    env.update(CLOUDSDK_CONFIG=str(config), CLOUDSDK_CORE_DISABLE_PROMPTS='1', CLOUDSDK_CORE_CHECK_GCE_METADATA='false',
+               CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK='true', CLOUDSDK_CORE_DISABLE_USAGE_REPORTING='true',
+               GCE_METADATA_ROOT='127.0.0.1:1')   # any probe left: a closed port on the loopback
+    if project:
+        env['CLOUDSDK_CORE_PROJECT'] = project
+    return env
+
+
+GCS_BUCKET = 'trm-test'
+
+
+@pytest.fixture(scope='session')
+def gcs_server(gcs_python, tmp_path_factory):
+    """One Cloud Storage server for the session (trm_spmd.gcs_server: fake-gcs-server on
+    127.0.0.1, from the gs:// extra) holding the bucket GCS_BUCKET; its environment() points a
+    run's clients at it. Stopped at the end, and by itself should this process die."""
+    from trm_spmd.gcs_server import LocalGcsServer
+    found = subprocess.run([gcs_python, '-c', 'from trm_spmd.gcs_server import binary; print(binary())'],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-3000:]
+    server = LocalGcsServer(tmp_path_factory.mktemp('gcs') / 'objects', executable=found.stdout.strip()).start()
+    server.create_bucket(GCS_BUCKET)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope='session')

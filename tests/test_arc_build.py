@@ -116,17 +116,37 @@ def test_dihedral_numbering_inverses_names_and_hashes_are_the_official():
 
 
 @pytest.mark.parametrize('value,message', [
-    ([[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 2, 3, 4]], 'row 3 has 4 cells, row 0 has 3'),
+    ([[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 2, 3, 4]], 'row 4 has 4 cells, row 1 has 3'),
     ([[0] * 31], 'is 1x31, over the 30x30 limit'),
-    ([[0, 10]], 'row 0 column 1 holds 10, not a colour 0-9'),
-    ([[0, True]], 'row 0 column 1 holds True, not a colour 0-9'),
+    ([[0, 10]], 'row 1 column 2 holds 10, not a colour 0-9'),
+    ([[0, True]], 'row 1 column 2 holds True, not a colour 0-9'),
     ([], 'is empty'),
     ([[]], 'is empty'),
     ('012', 'is not a list of rows'),
 ])
 def test_a_bad_grid_is_named_with_its_place(value, message):
-    with pytest.raises(PuzzleError, match=r'^task 007bbfb7 test pair 0 output: ' + message):
-        grid.check_grid(value, 'task 007bbfb7 test pair 0 output')
+    with pytest.raises(PuzzleError, match=r'^task 007bbfb7 test pair 1 output: ' + message):
+        grid.check_grid(value, 'task 007bbfb7 test pair 1 output')
+
+
+@pytest.mark.parametrize('content,task_id,line', [
+    ({'train': [_pair((2, 2), (2, 2), 1)]}, '',
+     '{path}: task one has no "test" pairs, the inputs to answer: an ARC task is a JSON object with "train" and '
+     '"test" pairs'),
+    ({'a1': {'train': [], 'test': []}, 'b2': {}}, '', '{path} holds 2 tasks (a1, b2): pick one with --task_id'),
+    ({f't{i}': {} for i in range(7)}, 'zz', '--task_id=zz is not in {path}; it holds: t0, t1, t2, t3, t4 and 2 more'),
+    ({'test': [{'input': [[1, 2], [3]]}]}, '',
+     'task one test pair 1 input: row 2 has 1 cells, row 1 has 2'),
+    ([[1]], '', '{path}: an ARC task is a JSON object with "train" and "test" pairs'),
+])
+def test_a_task_file_that_cannot_be_solved_says_what_is_wrong_with_it(tmp_path, content, task_id, line):
+    from trm_spmd.errors import UserError
+    from trm_spmd.tasks.arc.attempts import read_task
+    path = tmp_path / 'one.json'
+    path.write_text(json.dumps(content))
+    with pytest.raises(UserError) as caught:
+        read_task(str(path), task_id)
+    assert str(caught.value) == line.format(path=path)
 
 
 # ---- the builder's rules ---------------------------------------------------------------------
@@ -254,9 +274,9 @@ def _broken(tasks, case):
 
 
 @pytest.mark.parametrize('case,message', [
-    ('over 30x30', r'arc_evaluation: task e_one train pair 1 input: is 31x2, over the 30x30 limit of ARC grids'),
-    ('ragged row', r'arc_evaluation: task e_one test pair 0 output: row 3 has 2 cells, row 0 has 6'),
-    ('colour 10', r'arc_training: task t_two train pair 0 output: row 0 column 0 holds 10, not a colour 0-9'),
+    ('over 30x30', r'arc_evaluation: task e_one train pair 2 input: is 31x2, over the 30x30 limit of ARC grids'),
+    ('ragged row', r'arc_evaluation: task e_one test pair 1 output: row 4 has 2 cells, row 1 has 6'),
+    ('colour 10', r'arc_training: task t_two train pair 1 output: row 1 column 1 holds 10, not a colour 0-9'),
     ('no test pair', r'arc_evaluation: task e_two: has no test pair; an ARC task needs at least one'),
     ('missing solutions', r'arc_evaluation_solutions.json: file not found; the test pairs of evaluation need '
                           r'their solutions \(scoring needs them\), task e_one has none'),
@@ -354,7 +374,7 @@ def test_the_task_parses_checks_draws_and_declines_to_judge():
     with pytest.raises(ValueError, match='is not a grid: give JSON rows'):
         ARC.parse('01x/234')
     assert ARC.check_input(tokens) == (None, None)
-    with pytest.raises(ValueError, match='row 1 has 2 cells, row 0 has 3'):
+    with pytest.raises(ValueError, match='row 2 has 2 cells, row 1 has 3'):
         ARC.parse('012/34')
     shifted = grid.to_tokens(np.zeros((2, 2), np.uint8), np.zeros((2, 2), np.uint8), 3, 3)[0]
     assert 'holds no grid at the top-left corner' in ARC.check_input(shifted)[0]

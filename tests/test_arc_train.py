@@ -117,7 +117,7 @@ def test_an_official_arc_checkpoint_brings_its_embedding_rows(tmp_path):
         source.puzzle_emb.normal_()
     path = tmp_path / 'official.pt'
     torch.save(to_official(source.state_dict(), compiled=True), path)
-    initialize_from(f'official:{path}', trainer, checkpointer=None)
+    initialize_from(f'official:{path}', trainer)
     settle(trainer, runtime)
     assert 'devices=[8,1]' in runtime.sharding_spec(trainer.model.puzzle_emb)
     np.testing.assert_array_equal(trainer.model.puzzle_emb.detach().cpu().numpy(), source.puzzle_emb.detach().numpy())

@@ -141,3 +141,13 @@ def test_smoke_suite_runs_end_to_end(tmp_path):
     assert ckpt['state_mib'] > 0 and ckpt['blocking_ms'] > 0 and ckpt['background_write_ms'] > 0
     assert 'TrainBatches' in open(one('data_throughput_*.txt')).read()
     assert 'not reachable' in result.stdout and 'FAILED' not in result.stdout
+
+
+def test_the_checkpoint_benchmark_refuses_a_runs_workdir(tmp_path):
+    (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
+    result = run_in_subprocess(['benchmarks/checkpoint_overhead.py', '--config=configs/baseline.py:runlocal',
+                                f'--workdir={tmp_path}'], 1, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f'error: --workdir={tmp_path} holds a run: the benchmark writes checkpoints '
+                                          f'there and deletes older ones; pass a new directory']
+    assert os.listdir(tmp_path) == ['checkpoints'] and os.listdir(tmp_path / 'checkpoints') == ['4']

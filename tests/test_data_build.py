@@ -274,3 +274,25 @@ def test_hub_inputs_build_as_the_local_files_do(tmp_path, stand_in_hub):
     build_sudoku.build_from_files(str(tmp_path / 'local'), str(tmp_path / 'train.csv'),
                                   test_file=str(tmp_path / 'test.csv'), num_aug=2, progress=False)
     assert _files(tmp_path / 'hub') == _files(tmp_path / 'local')
+
+
+def test_a_hub_that_does_not_answer_is_one_retry_line_then_the_error(tmp_path):
+    import socket
+    with socket.socket() as s:   # a port nothing listens on: every try is refused
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    hub = 'hf://sapientinc/sudoku-extreme'
+    # huggingface_hub's five retries wait 23 s in all; the waits are skipped here, not the retries.
+    build = ('import runpy, sys, time; time.sleep = lambda seconds: None; sys.argv[0] = "build_sudoku"; '
+             'runpy.run_module("trm_spmd.data.build_sudoku", run_name="__main__")')
+    env = dict(os.environ, HF_ENDPOINT=f'http://127.0.0.1:{port}', HF_HOME=str(tmp_path / 'hf'),
+               HF_HUB_DISABLE_TELEMETRY='1')
+    result = subprocess.run([sys.executable, '-c', build, f'--input={hub}/train.csv',
+                             f'--output_dir={tmp_path / "out"}'], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and not (tmp_path / 'out').exists()
+    assert result.stderr.splitlines() == [
+        f'warning: {hub}/train.csv: the Hugging Face Hub did not answer ([Errno 111] Connection refused); '
+        f'retrying for about 25 s',
+        f'error: {hub}/train.csv: could not download from the Hugging Face Hub ([Errno 111] Connection refused); '
+        f'download train.csv on a machine that reaches the Hub and pass --input=LOCAL_FILE']

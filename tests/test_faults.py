@@ -18,13 +18,14 @@ import shutil
 import pytest
 
 from trm_spmd import fs
-from trm_spmd.checkpoint import DAMAGED, Checkpointer
+from trm_spmd.checkpoint import DAMAGED, Checkpointer, CheckpointReader
 from trm_spmd.data.dataset import DatasetError, load_split
+from trm_spmd.errors import UserError
 from trm_spmd.tasks.sudoku.build import build_generated
 from trm_spmd.train.loop import train_and_evaluate
 
 from conftest import remount, run_in_subprocess
-from test_checkpoint_integrity import DAMAGE, _checkpointer, _truncate, _write
+from test_checkpoint_integrity import DAMAGE, _assert_same, _checkpointer, _truncate, _write
 from test_reliability import _fill, _tree
 from test_train import runlocal
 
@@ -76,6 +77,31 @@ def test_a_disk_full_at_the_final_save_fails_in_one_line_and_the_rerun_completes
     assert json.loads((workdir / 'run.json').read_text())['status'] == 'done'
     assert complete_steps(workdir / 'checkpoints') == [2, 4] and complete_steps(workdir / 'checkpoints_best') == [4]
     assert orbax_tmp_dirs(workdir) == []
+
+
+@pytest.mark.slow
+def test_a_best_checkpoint_that_a_full_disk_refused_is_written_by_the_rerun(tmp_path, tmpfs):
+    workdir = tmp_path / 'run'
+    best = tmpfs('1m', at=workdir / 'checkpoints_best')   # the newest-K copies fit, the best one (~3.3 MB) does not
+    failed = train_cli(workdir)
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    assert failed.stderr.splitlines() == [
+        f'error: cannot write a checkpoint in {workdir}: No space left on device; free space there (or use a '
+        f'--workdir on a larger disk) and rerun the same command: it resumes from the newest complete checkpoint']
+    assert complete_steps(workdir / 'checkpoints') == [2, 4] and complete_steps(best) == []
+
+    remount(best, 'size=64m')
+    rerun = train_cli(workdir)
+    assert rerun.returncode == 0 and rerun.stderr == '', rerun.stderr[-3000:]
+    assert 'resuming from step 4' in rerun.stdout and 'nothing to do' in rerun.stdout
+    assert json.loads((workdir / 'run.json').read_text())['status'] == 'done'
+    assert complete_steps(best) == [4] and orbax_tmp_dirs(workdir) == []
+    copies = []
+    for directory in ('checkpoints', 'checkpoints_best'):
+        with CheckpointReader(str(workdir), directories=[str(workdir / directory)]) as reader:
+            copies.append(reader.restore(4))
+    _assert_same(copies[0][0], copies[1][0])
+    assert copies[0][1] == copies[1][1]
 
 
 def test_a_save_that_fails_while_the_checkpointer_closes_is_raised_in_one_line(tmpfs, capfd):
@@ -146,6 +172,36 @@ def test_a_damaged_best_checkpoint_is_set_aside_and_the_newest_good_one_restored
     assert lines[0].startswith(f'checkpoint {tmp_path}/checkpoints_best/3 is unreadable: ')
     [moved] = os.listdir(tmp_path / DAMAGED)
     assert moved.startswith('best-3-') and os.listdir(tmp_path / 'checkpoints_best') == []
+
+
+# ---- an eval run whose source cannot be used --------------------------------------------------
+SOURCE_OF_ANOTHER_MODEL = (r"^init_from=(?P<source>.*): its checkpoint '[^']+' has shape \([\d, ]+\), this model "
+                           r"\([\d, ]+\): it was trained with another model: use the config it was trained with "
+                           r"\(its config.json\)$")
+
+
+@pytest.mark.parametrize('source,overrides,line', [
+    ('finished', {'model.hidden_size': 48}, SOURCE_OF_ANOTHER_MODEL),
+    ('nowhere', {}, r'^init_from=(?P<source>.*): no such directory: pass a run directory, a checkpoint directory or '
+                    r'official:PATH$'),
+    ('empty', {}, r'^init_from=(?P<source>.*): no checkpoint there: pass a run directory with checkpoints, a '
+                  r'checkpoint directory or official:PATH$'),
+    (None, {}, r"^mode=eval evaluates config.init_from, or the workdir's newest checkpoint, and (?P<workdir>.*) "
+               r"has none: pass --config.init_from=RUN_DIR \(or official:PATH\)$"),
+])
+def test_an_eval_run_whose_source_cannot_be_used_says_why_and_leaves_nothing(finished_run, tmp_path, source,
+                                                                             overrides, line):
+    paths = {'finished': str(finished_run), 'nowhere': str(tmp_path / 'nowhere'), None: ''}
+    (tmp_path / 'empty').mkdir()
+    paths['empty'] = str(tmp_path / 'empty')
+    workdir = tmp_path / 'eval'
+    config = runlocal(**RUN, mode='eval', init_from=paths[source], **overrides)
+    with pytest.raises(UserError) as caught:
+        train_and_evaluate(config, str(workdir))
+    match = re.match(line, str(caught.value))
+    assert match, str(caught.value)
+    assert match.groupdict() in ({'source': paths[source]}, {'workdir': str(workdir)})
+    assert not workdir.exists()
 
 
 # ---- data files that cannot be read ----------------------------------------------------------

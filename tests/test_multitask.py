@@ -148,6 +148,18 @@ def test_runlocal_reports_each_task_and_their_mean(mixture_run):
         (final['eval/sudoku/exact_accuracy'] + final['eval/maze/exact_accuracy']) / 2)
 
 
+def test_each_task_saves_its_own_evaluation_sample_in_its_own_tokens(mixture_run):
+    from trm_spmd.analysis import failures
+    workdir, final = mixture_run
+    samples = failures.load_samples(str(workdir))
+    assert [(s.task, s.step) for s in samples] == [('maze', 4), ('sudoku', 4)]
+    assert {'samples_maze_4.npz', 'samples_sudoku_4.npz'} <= set(os.listdir(workdir / 'eval'))
+    for sample, cells in zip(samples, (36, 81)):
+        assert len(sample.records) == 16 and all(r.prediction.shape == (cells,) for r in sample.records)
+        # Answers mapped back from the mixture's tokens: the sample's failures are the evaluation's.
+        assert len(sample.failures) == round((1 - final[f'eval/{sample.task}/exact_accuracy']) * 16)
+
+
 def test_a_resumed_mixture_ends_exactly_like_the_straight_one(mixture_run, tmp_path):
     workdir, _ = mixture_run
     meta, _ = assert_resume_is_exact(workdir, tmp_path / 'resumed', 4,
@@ -174,8 +186,27 @@ def test_solve_answers_each_task_of_a_multi_task_run(mixture_run):
     assert done.returncode == 0, done.stderr
     assert 'S' in done.stdout and 'G' in done.stdout
     sudoku_text = ''.join('.' if t <= 1 else str(t - 1) for t in data.members[0].test.inputs[0])
-    done = _solve(workdir, f'--puzzle={sudoku_text}')   # the first task by default
+    done = _solve(workdir, '--task=sudoku', f'--puzzle={sudoku_text}')
     assert done.returncode == 0, done.stderr
+    # Without --task a maze would be read as a Sudoku: the run's tasks are named instead.
+    done = _solve(workdir, f'--puzzle={maze_text}')
+    assert done.returncode == 2
+    assert done.stderr.strip() == ('error: this run trained on several tasks (sudoku, maze): say which the puzzles '
+                                   'are with --task=sudoku or --task=maze')
     done = _solve(workdir, '--task=arc', f'--puzzle={sudoku_text}')
     assert done.returncode == 2
     assert done.stderr.strip() == 'error: --task=arc: the run trained on sudoku, maze; pass one of them'
+
+
+def test_a_dataset_of_another_task_in_a_mixture_names_its_entry_of_data_mixture_paths(tmp_path):
+    from trm_spmd.data.dataset import DatasetError
+    from trm_spmd.tasks.sudoku.build import build_generated
+    build_generated(str(tmp_path / 'sudoku'), num_train=8, num_test=4, blanks=(30, 34), seed=0, num_aug=0,
+                    progress=False)
+    config = multi_task_local(**{'data.mixture_paths': ('', str(tmp_path / 'sudoku'))})   # sudoku, then maze
+    with pytest.raises(DatasetError) as caught:
+        open_dataset(config, ONE_HOST)
+    assert str(caught.value) == (
+        f"{tmp_path / 'sudoku' / 'train'}: not a maze dataset: vocab_size 11 and seq_len 81 are not a maze's (6, a "
+        f"square number of cells); entry 2 of data.mixture_paths is the dataset of maze (entry 2 of data.mixture): "
+        f"point it at a maze dataset")

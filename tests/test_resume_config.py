@@ -2,6 +2,7 @@
 in one line naming the key, its old and new value and what to do."""
 
 import json
+import os
 
 import pytest
 
@@ -115,3 +116,21 @@ def test_saved_config(tmp_path):
     (tmp_path / 'config.json').write_text('{"seed": ')
     with pytest.raises(ResumeConfigError, match='config.json does not parse'):
         saved_config(str(tmp_path))
+
+
+def test_a_config_of_another_task_is_named_by_its_task_not_its_first_changed_key():
+    from trm_spmd.config import load_config
+    from conftest import REPO
+    sudoku = load_config(os.path.join(REPO, 'configs/quickstart.py'))
+    maze = load_config(os.path.join(REPO, 'configs/maze.py:cpu'))
+    with pytest.raises(ResumeConfigError) as caught:
+        check_resume(json.loads(sudoku.to_json_best_effort()), maze)
+    assert str(caught.value) == (
+        '--config.data.task changed from "sudoku" to "maze" since this run started (its config.json): the checkpoints '
+        'hold a model trained on the old task; revert it to resume, or start a new run with another --workdir')
+
+
+def test_a_model_of_another_size_is_named_by_its_size():
+    changed = {'model.hidden_size': 256, 'model.H_cycles': 2, 'data.augment': True, 'act.halt_max_steps': 8}
+    with pytest.raises(ResumeConfigError, match=r'^--config\.model\.hidden_size changed from 512 to 256 '):
+        check_resume(_saved(), _config(**changed))

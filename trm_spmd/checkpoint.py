@@ -16,6 +16,12 @@ in one line and moved to checkpoints_damaged/; resuming goes on with the next ne
 (a copy of the same step in checkpoints_best/ first). Checkpoints written before the
 record existed are read with orbax's checks only.
 
+Reading is kept apart from writing. A CheckpointReader (solve, an init_from source, any
+tool that looks at a run) opens orbax read-only: it creates nothing, never cleans up the
+temporary directory of a save in flight (a live run's), deletes and moves nothing; a
+damaged checkpoint it meets is reported and skipped. Only the Checkpointer of the run that
+owns the workdir (holding its lease) writes, cleans up and moves damaged checkpoints aside.
+
 The state is replicated on every device (data parallelism), so it is saved as plain numpy
 arrays. With host-local disks every host writes its own identical copy; with a bucket (or
 processes of one machine) only host 0 writes and every host reads. Which step a pod
@@ -34,7 +40,8 @@ import torch
 
 from trm_spmd import checksums, fs
 from trm_spmd.errors import UserError
-from trm_spmd.orbax_noise import OrbaxErrorLog, drop_closed_loop_callbacks, hide_missing_metadata_notice
+from trm_spmd.orbax_noise import (OrbaxErrorLog, drop_closed_loop_callbacks, hide_missing_metadata_notice,
+                                 hide_read_only_notice)
 
 DAMAGED = 'checkpoints_damaged'
 
@@ -111,72 +118,51 @@ def _metadata_problem(path):
     return None
 
 
-class Checkpointer:
-    def __init__(self, workdir, keep, keep_best, async_save, is_main_host, shared_filesystem=False):
-        workdir = fs.absolute(workdir)
-        self.workdir = workdir
-        self.writes = fs.writes_workdir(workdir, is_main_host, shared_filesystem)
-        self.moved_aside = []          # MovedAside of every damaged checkpoint this checkpointer moved
-        drop_closed_loop_callbacks()
-        hide_missing_metadata_notice()   # _metadata_problem reports that damage in one line
-        self._orbax_errors = OrbaxErrorLog()
-        options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
-                       cleanup_tmp_directories=self.writes, save_interval_steps=1 if self.writes else 0)
+class CheckpointReader:
+    """A run's checkpoints, read and verified without changing a byte of the run.
+
+    orbax's managers are opened read-only: nothing is created, the temporary directory of a
+    save in flight (a live run's) is left alone, nothing is deleted or moved. A damaged
+    checkpoint met on the way is reported and skipped; the run that owns the workdir sets it
+    aside when it next starts. For solve, an init_from source and every other reader."""
+
+    writes = False
+
+    def __init__(self, workdir, directories=None):
+        """Reads the run in `workdir` (its checkpoints/, then checkpoints_best/), or only the
+        directories of steps in `directories`, in that order of preference."""
+        self.workdir = fs.absolute(workdir)
+        directories = directories or [fs.join(self.workdir, 'checkpoints'), fs.join(self.workdir, 'checkpoints_best')]
+        self._start()
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0)
         try:
-            self._open_managers(workdir, keep, keep_best, options)
+            managers = [ocp.CheckpointManager(fs.absolute(d), options=options) for d in directories]
         except BaseException:
             self._orbax_errors.release()
             raise
+        self.latest, self.best = managers[0], (managers[1] if len(managers) > 1 else None)
 
-    def _open_managers(self, workdir, keep, keep_best, options):
-        with self._writing():
-            self.latest = ocp.CheckpointManager(
-                fs.join(workdir, 'checkpoints'),
-                options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options))
-            self.best = None
-            if keep_best > 0:
-                self.best = ocp.CheckpointManager(
-                    fs.join(workdir, 'checkpoints_best'),
-                    options=ocp.CheckpointManagerOptions(
-                        max_to_keep=keep_best, best_fn=lambda m: m['eval/exact_accuracy'], best_mode='max',
-                        keep_checkpoints_without_metrics=False, **options))
+    def _start(self):
+        self.moved_aside = []          # MovedAside of every damaged checkpoint this checkpointer moved
+        drop_closed_loop_callbacks()
+        hide_missing_metadata_notice()   # _metadata_problem reports that damage in one line
+        hide_read_only_notice()
+        self._orbax_errors = OrbaxErrorLog()
 
     def latest_step(self):
         self.latest.reload()
         return self.latest.latest_step()
 
-    # ---- writing ----------------------------------------------------------------
-    @contextlib.contextmanager
-    def _writing(self):
-        """A full disk or a refused directory, reported by orbax now or from an earlier
-        asynchronous save, becomes one line; the newest complete checkpoint stays as it was."""
-        try:
-            yield
-        except Exception as e:  # noqa: BLE001 - classified below, re-raised when not the user's to fix
-            error = fs.storage_error(self.workdir, 'write a checkpoint in', e)
-            if error is None:
-                raise
-            self._orbax_errors.discard()
-            raise error from None
+    def all_steps(self):
+        """Every complete step of every directory read, ascending."""
+        return sorted({step for _, step_list in self._listing() for step in step_list})
 
-    def save(self, step, state, meta, eval_metrics=None):
-        """Starts writing `state` (a tree of numpy arrays) for `step`; returns at once when async."""
-        if not self.writes:
-            return
-        meta = checksums.attach(state, meta)
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-        with self._writing():
-            if step not in self.latest.all_steps():
-                self.latest.save(step, args=args, force=True)
-            if self.best is not None and eval_metrics is not None and step not in self.best.all_steps():
-                self.best.save(step, args=args, metrics={'eval/exact_accuracy': eval_metrics['eval/exact_accuracy']},
-                               force=True)
-
-    def wait(self):
-        """Returns once every save in flight is complete on the storage; StorageError when one failed."""
-        with self._writing():
-            for manager in self._managers():
-                manager.wait_until_finished()
+    def _listing(self):
+        listing = []
+        for manager in self._managers():
+            manager.reload()
+            listing.append((manager, manager.all_steps()))
+        return listing
 
     def __enter__(self):
         return self
@@ -185,24 +171,11 @@ class Checkpointer:
         self.close(reported=exc_type is not None)
 
     def close(self, reported=False):
-        """Waits for the saves in flight and closes both managers, whatever either raises. A save
-        that failed raises its one line; with `reported` (an exception already ends the run, often
-        that same failure seen earlier) a storage failure adds nothing, any other error still raises."""
-        failure = None
+        del reported   # a reader has no save in flight to report
         for manager in self._managers():
-            try:
-                with self._writing():
-                    try:
-                        manager.wait_until_finished()
-                    finally:
-                        manager.close()   # its threads and stores, even after a failed save
-            except Exception as e:  # noqa: BLE001 - every manager is closed before the first failure is raised
-                failure = failure or e
+            manager.close()
         self._orbax_errors.release()
-        if failure is not None and not (reported and isinstance(failure, fs.StorageError)):
-            raise failure
 
-    # ---- reading ----------------------------------------------------------------
     def _managers(self):
         return [m for m in (self.latest, self.best) if m is not None]
 
@@ -230,28 +203,22 @@ class Checkpointer:
                 raise DamagedCheckpoint(path, problem)
         return tree, meta
 
-    def restore(self, step=None, directory=None):
-        """(state, meta) of `step` (default the newest) from the newest-K directory or `directory`,
+    def restore(self, step=None):
+        """(state, meta) of `step` (default the newest) of the first directory (checkpoints/),
         verified; DamagedCheckpoint (one line) when it fails a check. Nothing is moved."""
-        manager = self.latest
-        if directory is not None:
-            manager = ocp.CheckpointManager(fs.absolute(directory), options=ocp.CheckpointManagerOptions(
-                read_only=True, create=False, save_interval_steps=0))
-        else:
-            manager.reload()
-        step = manager.latest_step() if step is None else step
-        if step is None or step not in manager.all_steps():
-            raise FileNotFoundError(f'no checkpoint in {manager.directory}' if step is None
-                                    else f'no checkpoint of step {step} in {manager.directory}')
-        return self._read(manager, step)
+        self.latest.reload()
+        step = self.latest.latest_step() if step is None else step
+        if step is None or step not in self.latest.all_steps():
+            raise FileNotFoundError(f'no checkpoint in {self.latest.directory}' if step is None
+                                    else f'no checkpoint of step {step} in {self.latest.directory}')
+        return self._read(self.latest, step)
 
     def restore_step(self, step):
         """Restored for `step` from the first copy of it that passes every check (newest-K, then
         best). Nothing is moved: for hosts that read what another host writes."""
         problems = []
-        for manager in self._managers():
-            manager.reload()
-            if step in manager.all_steps():
+        for manager, steps in self._listing():
+            if step in steps:
                 try:
                     tree, meta = self._read(manager, step)
                     return Restored(step, tree, meta, fs.join(str(manager.directory), str(step)))
@@ -260,13 +227,175 @@ class Checkpointer:
         raise DamagedCheckpoint(fs.join(self.workdir, 'checkpoints', str(step)),
                                 '; '.join(problems) or 'no such step (host 0 chose it: is the storage shared?)')
 
-    def _candidates(self, at_most):
-        """(step, manager) newest first; for one step, the newest-K copy before the best one."""
+    def _candidates(self, at_most, passed):
+        """(step, manager) newest first, less those `passed`; for one step, the newest-K copy
+        before the best one."""
         found = []
-        for rank, manager in enumerate(self._managers()):
-            manager.reload()
-            found += [(step, rank, manager) for step in manager.all_steps() if at_most is None or step <= at_most]
+        for rank, (manager, steps) in enumerate(self._listing()):
+            found += [(step, rank, manager) for step in steps
+                      if (at_most is None or step <= at_most) and (manager.directory, step) not in passed]
         return [(step, manager) for step, _, manager in sorted(found, key=lambda c: (-c[0], c[1]))]
+
+    def _damaged(self, manager, step, error):
+        """What is done with a damaged checkpoint met while looking for a good one: the line
+        that reports it. A reader leaves it where it is."""
+        del manager, step
+        return f'{error}; skipped (left in place: the run that writes it sets it aside when it next starts)'
+
+    def _nothing_readable(self, damaged):
+        """The error when no checkpoint is readable and `damaged` steps were met, or None."""
+        if not damaged:
+            return None
+        return NoReadableCheckpoint(f'no readable checkpoint in {self.workdir}: step(s) '
+                                    f'{", ".join(map(str, damaged))} are damaged (left as they are)')
+
+    def restore_newest_good(self, at_most=None, report=print):
+        """Restored for the newest checkpoint (at most step `at_most`) that passes every check,
+        or None when there is none.
+
+        Each damaged one met on the way is reported (one line through `report`): a reader
+        skips it, the writing Checkpointer moves it to DIR/checkpoints_damaged/. A step
+        that disappears while it is read (the writing run's retention removed it) is passed
+        over silently. With `at_most` None, finding nothing readable while damaged
+        checkpoints exist raises NoReadableCheckpoint: starting over silently would mix a
+        new run into this workdir's record."""
+        damaged, passed = [], set()
+        while True:
+            candidates = self._candidates(at_most, passed)
+            if not candidates:
+                break
+            step, manager = candidates[0]
+            passed.add((manager.directory, step))
+            try:
+                tree, meta = self._read(manager, step)
+            except DamagedCheckpoint as e:
+                if fs.exists(e.path):
+                    report(self._damaged(manager, step, e))
+                    damaged.append(step)
+                continue
+            return Restored(step, tree, meta, fs.join(str(manager.directory), str(step)))
+        error = self._nothing_readable(damaged) if at_most is None else None
+        if error is not None:
+            raise error
+        return None
+
+
+def open_reader(path):
+    """(CheckpointReader, step or None) for `path`: a run directory (its checkpoints/, then
+    checkpoints_best/), a directory of checkpoint steps, or one step directory in either
+    (then that step)."""
+    path = fs.absolute(str(path).rstrip('/'))
+    if fs.exists(fs.join(path, 'checkpoints')) or fs.exists(fs.join(path, 'checkpoints_best')):
+        return CheckpointReader(path), None
+    parent, name = path.rsplit('/', 1)
+    if name.isdigit():
+        return CheckpointReader(parent, directories=[parent]), int(name)
+    return CheckpointReader(path, directories=[path]), None
+
+
+class Checkpointer(CheckpointReader):
+    """The checkpoints of the run that owns the workdir: written, cleaned up (orbax's leftovers
+    of an interrupted save), and damaged ones moved aside. On a host that does not write the
+    workdir (fs.writes_workdir) it only reads, as a CheckpointReader does."""
+
+    def __init__(self, workdir, keep, keep_best, async_save, is_main_host, shared_filesystem=False):
+        workdir = fs.absolute(workdir)
+        self.workdir = workdir
+        self.writes = fs.writes_workdir(workdir, is_main_host, shared_filesystem)
+        self._start()
+        options = dict(enable_async_checkpointing=async_save, create=self.writes, read_only=not self.writes,
+                       cleanup_tmp_directories=self.writes, save_interval_steps=1 if self.writes else 0)
+        try:
+            self._open_managers(workdir, keep, keep_best, options)
+        except BaseException:
+            self._orbax_errors.release()
+            raise
+
+    def _open_managers(self, workdir, keep, keep_best, options):
+        with self._writing():
+            self.latest = ocp.CheckpointManager(
+                fs.join(workdir, 'checkpoints'),
+                options=ocp.CheckpointManagerOptions(max_to_keep=keep, **options))
+            self.best = None
+            if keep_best > 0:
+                self.best = ocp.CheckpointManager(
+                    fs.join(workdir, 'checkpoints_best'),
+                    options=ocp.CheckpointManagerOptions(
+                        max_to_keep=keep_best, best_fn=lambda m: m['eval/exact_accuracy'], best_mode='max',
+                        keep_checkpoints_without_metrics=False, **options))
+
+    # ---- writing ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self):
+        """A full disk or a refused directory, reported by orbax now or from an earlier
+        asynchronous save, becomes one line; the newest complete checkpoint stays as it was."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - classified below, re-raised when not the user's to fix
+            error = fs.storage_error(self.workdir, 'write a checkpoint in', e)
+            if error is None:
+                raise
+            self._orbax_errors.discard()
+            raise error from None
+
+    def save(self, step, state, meta, eval_metrics=None):
+        """Starts writing `state` (a tree of numpy arrays) for `step`; returns at once when async.
+        A step already written is not written again, so a rerun may save what it owes (the
+        best-K copy of a step whose newest-K copy exists) with the same call."""
+        if not self.writes:
+            return
+        latest = step not in self.latest.all_steps()
+        best = self.best is not None and eval_metrics is not None and step not in self.best.all_steps()
+        if not (latest or best):
+            return
+        meta = checksums.attach(state, meta)
+        args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+        with self._writing():
+            if latest:
+                self.latest.save(step, args=args, force=True)
+            if best:
+                self.best.save(step, args=args, metrics={'eval/exact_accuracy': eval_metrics['eval/exact_accuracy']},
+                               force=True)
+
+    def wait(self):
+        """Returns once every save in flight is complete on the storage; StorageError when one failed."""
+        with self._writing():
+            for manager in self._managers():
+                manager.wait_until_finished()
+
+    def close(self, reported=False):
+        """Waits for the saves in flight and closes both managers, whatever either raises. A save
+        that failed raises its one line; with `reported` (an exception already ends the run, often
+        that same failure seen earlier) a storage failure adds nothing, any other error still raises."""
+        failure = None
+        for manager in self._managers():
+            try:
+                with self._writing():
+                    try:
+                        manager.wait_until_finished()
+                    finally:
+                        manager.close()   # its threads and stores, even after a failed save
+            except Exception as e:  # noqa: BLE001 - every manager is closed before the first failure is raised
+                failure = failure or e
+        self._orbax_errors.release()
+        if failure is not None and not (reported and isinstance(failure, fs.StorageError)):
+            raise failure
+
+    # ---- damaged checkpoints ------------------------------------------------------
+    def _damaged(self, manager, step, error):
+        if not self.writes:
+            return f'{error}; skipped (the host that writes this workdir moves it aside)'
+        moved = self._move_aside(manager, step, error.reason)
+        return f'{error}; moved to {moved.destination}, trying the next newest'
+
+    def _nothing_readable(self, damaged):
+        damaged_dir = fs.join(self.workdir, DAMAGED)
+        if not damaged and not (fs.exists(damaged_dir) and not _empty(damaged_dir)):
+            return None
+        what = f'step(s) {", ".join(map(str, damaged))} are damaged' if damaged else 'none is left'
+        return NoReadableCheckpoint(
+            f'no readable checkpoint in {self.workdir}: {what}, and damaged ones are kept in {damaged_dir}; '
+            f'start a new run with another --workdir, or move that directory away to start this one over')
 
     def _move_aside(self, manager, step, reason):
         source = fs.join(str(manager.directory), str(step))
@@ -284,35 +413,6 @@ class Checkpointer:
         moved = MovedAside(step, source, destination, reason)
         self.moved_aside.append(moved)
         return moved
-
-    def restore_newest_good(self, at_most=None, report=print):
-        """Restored for the newest checkpoint (at most step `at_most`) that passes every check,
-        or None when there is none to resume from.
-
-        Each damaged one met on the way is reported (one line through `report`) and, on a host
-        that writes, moved to DIR/checkpoints_damaged/. With `at_most` None, finding nothing
-        readable while damaged checkpoints exist raises NoReadableCheckpoint: starting over
-        silently would mix a new run into this workdir's record."""
-        tried = []
-        for step, manager in self._candidates(at_most):
-            try:
-                tree, meta = self._read(manager, step)
-            except DamagedCheckpoint as e:
-                if self.writes:
-                    moved = self._move_aside(manager, step, e.reason)
-                    report(f'{e}; moved to {moved.destination}, trying the next newest')
-                else:
-                    report(f'{e}; skipped (the host that writes this workdir moves it aside)')
-                tried.append(step)
-                continue
-            return Restored(step, tree, meta, fs.join(str(manager.directory), str(step)))
-        damaged_dir = fs.join(self.workdir, DAMAGED)
-        if at_most is None and (tried or (fs.exists(damaged_dir) and not _empty(damaged_dir))):
-            what = f'step(s) {", ".join(map(str, tried))} are damaged' if tried else 'none is left'
-            raise NoReadableCheckpoint(
-                f'no readable checkpoint in {self.workdir}: {what}, and damaged ones are kept in {damaged_dir}; '
-                f'start a new run with another --workdir, or move that directory away to start this one over')
-        return None
 
 
 def _empty(directory):

@@ -5,7 +5,10 @@ file or the new one, never a part.
 
 A write the filesystem refuses for a reason the user can fix (full disk, read-only or
 foreign directory, a file where a directory should be) raises StorageError: one line
-naming the path, the cause and the fix, instead of an OSError traceback.
+naming the path, the cause and the fix, instead of an OSError traceback. So does a bucket
+that cannot be reached once the client's own retries are spent (the network, an outage):
+from then on this process's every request to that bucket fails at once with the same line,
+so that a run that stops does not spend its clients' retries again on each file it closes.
 """
 
 import contextlib
@@ -14,6 +17,7 @@ import glob as globlib
 import os
 import tempfile
 
+from trm_spmd import bucket
 from trm_spmd.errors import UserError
 
 _UMASK = os.umask(0)
@@ -40,6 +44,14 @@ class StorageError(UserError):
     """The filesystem refused a write (or read) for a reason the user can fix."""
 
 
+_unreachable = {}   # bucket -> the StorageError of its first request that could not reach it
+
+
+def known_unreachable(path):
+    """The StorageError of `path`'s bucket when this process already found it unreachable, else None."""
+    return _unreachable.get(bucket.name(path)) if is_remote(path) else None
+
+
 def storage_errno(error):
     """The errno behind `error` when it is one the user can fix (see _FIXES), else None."""
     if isinstance(error, OSError) and error.errno in _FIXES:
@@ -53,6 +65,12 @@ def storage_errno(error):
 
 def storage_error(path, action, error):
     """StorageError for `error` while `action`-ing `path`, or None when it is not a fixable cause."""
+    if isinstance(error, UserError):   # already a line for the user
+        return None
+    if is_remote(path) and bucket.unreachable(error):
+        return _unreachable.setdefault(bucket.name(path), StorageError(
+            f'cannot reach the bucket {bucket.name(path)} to {action} {path} ({bucket.first_line(error)}); check '
+            f'the network and the bucket, then rerun the same command: it resumes from the newest complete checkpoint'))
     code = storage_errno(error)
     if code is None:
         return None
@@ -61,10 +79,15 @@ def storage_error(path, action, error):
 
 @contextlib.contextmanager
 def user_facing(path, action):
-    """Re-raises a fixable OSError inside the block as a one-line StorageError."""
+    """Re-raises a fixable error inside the block (an OSError; on a bucket, also any failure to
+    reach it) as a one-line StorageError. On a bucket already found unreachable the block does
+    not run: its StorageError is raised at once."""
+    known = known_unreachable(path)
+    if known is not None:
+        raise known
     try:
         yield
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - classified below, re-raised when not the user's to fix
         converted = storage_error(path, action, e)
         if converted is None:
             raise
@@ -95,11 +118,15 @@ def _fs(path):
         import fsspec
         return fsspec.core.url_to_fs(path)[0]
     except ImportError:   # fsspec itself, or its implementation of the protocol (gcsfs for gs://)
-        raise UserError(f'{path}: bucket paths need fsspec and gcsfs: pip install -e ".[gcs]"') from None
+        raise UserError(f'{path}: bucket paths need gcsfs, in the gs:// extra: PY=$(bash launch/setup.sh --gcs) '
+                        f'and run with that $PY') from None
 
 
 def exists(path):
-    return _fs(path).exists(path) if is_remote(path) else os.path.exists(path)
+    if not is_remote(path):
+        return os.path.exists(path)
+    with user_facing(path, 'read'):
+        return _fs(path).exists(path)
 
 
 def makedirs(path):
@@ -112,8 +139,7 @@ def makedirs(path):
 
 def read_text(path):
     if is_remote(path):
-        with _fs(path).open(path, 'r') as f:
-            return f.read()
+        return read_bytes(path).decode()
     with open(path) as f:
         return f.read()
 
@@ -123,7 +149,12 @@ def move(source, destination):
     a delete: an interruption leaves both copies, never neither."""
     with user_facing(destination, 'move a directory to'):
         if is_remote(source):
-            _fs(source).mv(source, destination, recursive=True)
+            # Spelled out: gcsfs's mv first tries Cloud Storage's object-move call and, where it is
+            # refused (fake-gcs-server has none), logs a warning per object before this same copy
+            # and delete.
+            filesystem = _fs(source)
+            filesystem.copy(source, destination, recursive=True)
+            filesystem.rm(source, recursive=True)
             return
         os.makedirs(os.path.dirname(destination), exist_ok=True)
         os.rename(source, destination)
@@ -170,32 +201,40 @@ def _write_bytes(path, data):
 
 def read_bytes(path):
     if is_remote(path):
-        with _fs(path).open(path, 'rb') as f:
-            return f.read()
+        with user_facing(path, 'read'):
+            return _fs(path).cat_file(path)   # one request: no read-ahead left running after it
     with open(path, 'rb') as f:
         return f.read()
 
 
 def isdir(path):
-    return _fs(path).isdir(path) if is_remote(path) else os.path.isdir(path)
+    if not is_remote(path):
+        return os.path.isdir(path)
+    with user_facing(path, 'read'):
+        return _fs(path).isdir(path)
 
 
 def isfile(path):
-    return _fs(path).isfile(path) if is_remote(path) else os.path.isfile(path)
+    if not is_remote(path):
+        return os.path.isfile(path)
+    with user_facing(path, 'read'):
+        return _fs(path).isfile(path)
 
 
 def getmtime(path):
     """Unix time of the file's last change; OSError (FileNotFoundError) when it is missing."""
     if is_remote(path):
-        return _fs(path).modified(path).timestamp()
+        with user_facing(path, 'read'):
+            return _fs(path).modified(path).timestamp()
     return os.path.getmtime(path)
 
 
 def glob(pattern):
     """The paths matching `pattern`, sorted; `**` matches any number of directories."""
     if is_remote(pattern):
-        filesystem = _fs(pattern)
-        return sorted(filesystem.unstrip_protocol(p) for p in filesystem.glob(pattern))
+        with user_facing(pattern, 'list'):
+            filesystem = _fs(pattern)
+            return sorted(filesystem.unstrip_protocol(p) for p in filesystem.glob(pattern))
     return sorted(globlib.glob(pattern, recursive=True))
 
 
@@ -205,7 +244,8 @@ def walk(top):
     if not is_remote(top):
         yield from os.walk(top)
         return
-    filesystem = _fs(top)
-    for directory, subdirectories, files in filesystem.walk(top, topdown=True):
-        yield filesystem.unstrip_protocol(directory), subdirectories, files
+    with user_facing(top, 'list'):
+        filesystem = _fs(top)
+        for directory, subdirectories, files in filesystem.walk(top, topdown=True):
+            yield filesystem.unstrip_protocol(directory), subdirectories, files
 

@@ -34,11 +34,12 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
 
-from trm_spmd import fs, hosts
+from trm_spmd import bucket, fs, hosts
 from trm_spmd.errors import UserError
 
 HEARTBEAT_S = 30.0
@@ -202,16 +203,21 @@ class _LocalLease:
 
 # ---- gs://: an object written under generation preconditions ----------------------------------
 class GcsStore:
-    """The lease object on Cloud Storage, every write conditional on its generation."""
+    """The lease object on Cloud Storage, every write conditional on its generation. Each request
+    is retried for at most `deadline_s` (google-cloud-storage's default is 120 s): a heartbeat
+    retries at the next one, and a run stopping does not wait minutes to release."""
 
-    def __init__(self, url):
+    def __init__(self, url, deadline_s=HEARTBEAT_S):
         try:
             from google.api_core import exceptions
             from google.cloud import storage
+            from google.cloud.storage.retry import DEFAULT_RETRY
         except ImportError:
-            raise UserError(f'{url}: gs:// workdirs need google-cloud-storage (pip install -e ".[gcs]")') from None
+            raise UserError(f'{url}: gs:// workdirs need google-cloud-storage: PY=$(bash launch/setup.sh --gcs) '
+                            f'and run with that $PY') from None
         bucket, _, name = url[len('gs://'):].partition('/')
         self._exceptions = exceptions
+        self._retry = dict(retry=DEFAULT_RETRY.with_timeout(deadline_s), timeout=deadline_s)
         self._bucket = storage.Client().bucket(bucket)
         self._name = name
 
@@ -226,25 +232,26 @@ class GcsStore:
     def _write(self, data, generation):
         blob = self._bucket.blob(self._name)
         try:
-            blob.upload_from_string(data, content_type='application/json', if_generation_match=generation)
+            blob.upload_from_string(data, content_type='application/json', if_generation_match=generation,
+                                    **self._retry)
         except (self._exceptions.PreconditionFailed, self._exceptions.NotFound):
             return None
         return blob.generation
 
     def read(self):
         """(bytes, generation), or None when there is no object."""
-        blob = self._bucket.get_blob(self._name)
+        blob = self._bucket.get_blob(self._name, **self._retry)
         if blob is None:
             return None
         try:
-            return blob.download_as_bytes(if_generation_match=blob.generation), blob.generation
+            return blob.download_as_bytes(if_generation_match=blob.generation, **self._retry), blob.generation
         except (self._exceptions.PreconditionFailed, self._exceptions.NotFound):
             return self.read()   # replaced or deleted between the two requests: look again
 
     def delete_if_generation(self, generation):
         """True when deleted; False when the object is not at `generation`."""
         try:
-            self._bucket.blob(self._name).delete(if_generation_match=generation)
+            self._bucket.blob(self._name).delete(if_generation_match=generation, **self._retry)
         except (self._exceptions.PreconditionFailed, self._exceptions.NotFound):
             return False
         return True
@@ -324,9 +331,17 @@ class _RemoteLease:
         return None
 
     def release(self):
-        if self.generation is not None:
-            self.store.delete_if_generation(self.generation)
-            self.generation = None
+        generation, self.generation = self.generation, None
+        if generation is None or fs.known_unreachable(self.workdir):
+            return   # the run already stops in one line on that bucket: the lease is left to go stale
+        try:
+            self.store.delete_if_generation(generation)
+        except Exception as e:  # noqa: BLE001 - an unreachable bucket leaves the lease to go stale
+            if not bucket.unreachable(e):
+                raise
+            print(f'warning: could not release the lease {fs.join(self.workdir, RECORD)} '
+                  f'({type(e).__name__}); a run on this machine takes it over at once, one elsewhere after '
+                  f'{int(self.stale_after_s)} s with {TAKEOVER_FLAG}', file=sys.stderr, flush=True)
 
 
 # ---- the lease a run holds ----------------------------------------------------------------
@@ -415,7 +430,8 @@ def acquire(workdir, config_hash='', takeover_stale=False, store=None, clock=tim
     else:
         backend = _LocalLease(workdir, clock)
     record = new_record(config_hash, clock())
-    backend.acquire(record, takeover_stale)
+    with fs.user_facing(workdir, 'take the lease on'):   # an unreachable bucket: one line naming it
+        backend.acquire(record, takeover_stale)
     return Lease(workdir, backend, record, clock, heartbeat_s)
 
 

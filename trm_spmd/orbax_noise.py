@@ -14,11 +14,12 @@ noise come with it, both redundant with that exception:
    records back while a checkpointer is open; `release()` prints them when no exception
    reported their failure (so nothing is ever swallowed), `discard()` drops them when one did.
 
-And two notices: opening a checkpoint directory the process may not write (solve reading
-a run) makes orbax warn "Given directory is read only", which reads like a fault and is
+And two notices: opening a checkpoint directory read-only (a CheckpointReader: solve
+reading a run) makes orbax warn "Given directory is read only", which reads like a fault and is
 not; `hide_read_only_notice()` drops that warning alone. And listing the steps warns
 "Metadata file does not exist" (from several threads) for a step without its
-_CHECKPOINT_METADATA: such a step is damaged, and the checkpointer's check reports it in
+_CHECKPOINT_METADATA (on a bucket, "Failed to read Metadata file" when it vanished between
+orbax's check and its read): such a step is damaged, and the checkpointer's check reports it in
 one line before any of it is used; `hide_missing_metadata_notice()` drops that warning, and
 asyncio's "Task exception was never retrieved" for the damaged step's other reads, which
 fail after the first one already reported the damage.
@@ -32,6 +33,7 @@ import traceback
 
 _installed = False
 _missing_metadata_hidden = False
+_read_only_hidden = False
 _lock = threading.Lock()
 
 
@@ -92,14 +94,26 @@ def _is_read_only_notice(record):
 
 
 def hide_read_only_notice():
-    """Drops orbax's 'Given directory is read only' warning (restoring needs no writes)."""
-    logging.getLogger('absl').addFilter(lambda record: not _is_read_only_notice(record))
+    """Drops orbax's 'Given directory is read only' warning (restoring needs no writes);
+    installed once per process."""
+    global _read_only_hidden
+    with _lock:
+        if not _read_only_hidden:
+            logging.getLogger('absl').addFilter(lambda record: not _is_read_only_notice(record))
+            _read_only_hidden = True
 
 
 def _is_missing_metadata_notice(record):
+    """orbax's 'Metadata file does not exist', or on a bucket 'Failed to read Metadata file' for a
+    file gone between orbax's check and its read (a step being moved aside is copied, then
+    deleted, while orbax lists the steps)."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    message = str(record.msg)
     return (f'{os.sep}orbax{os.sep}' in record.pathname
-            and str(record.msg).startswith('Metadata file does not exist')
-            and str(record.args[0] if record.args else '').endswith('_CHECKPOINT_METADATA'))
+            and str(args[0] if args else '').endswith('_CHECKPOINT_METADATA')
+            and (message.startswith('Metadata file does not exist')
+                 or (message.startswith('Failed to read Metadata file') and len(args) > 1
+                     and isinstance(args[1], FileNotFoundError))))
 
 
 def _is_unretrieved_storage_error(record):

@@ -7,7 +7,8 @@
   python -m trm_spmd.solve --checkpoint=runs/multi_task --task=maze --file=mazes.txt   (one task of a multi-task run)
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
-them) or one checkpoint step directory. The model runs all halt_max_steps ACT steps, as the
+them) or one checkpoint step directory. Solving reads the run and changes nothing in it: a
+live run may go on training beside it. The model runs all halt_max_steps ACT steps, as the
 evaluation does, or --act_steps of them (more than training used: test-time recursion);
 with --stop_when_confident each puzzle stops at the first step whose halting logit says
 "done" (q_halt > 0), as in training.
@@ -27,8 +28,8 @@ import torch
 from absl import flags, logging
 from ml_collections import ConfigDict
 
-from trm_spmd import errors, fs, orbax_noise, tasks
-from trm_spmd.checkpoint import Checkpointer
+from trm_spmd import errors, fs, tasks
+from trm_spmd.checkpoint import CheckpointReader
 from trm_spmd.data import mixture
 from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
@@ -50,7 +51,7 @@ flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_step
 flags.DEFINE_string('task_json', None, 'ARC: a task JSON file ({"train": [...], "test": [...]}) or an ARC Prize '
                     'challenges file (with --task_id)')
 flags.DEFINE_string('task_id', None, 'ARC: the task to solve in a challenges file (default: the file name)')
-flags.DEFINE_string('task', None, 'a multi-task run (data.mixture): the task of the puzzles (default its first)')
+flags.DEFINE_string('task', None, 'a multi-task run (data.mixture): the task of the puzzles (required there)')
 
 
 def _run_dir_and_checkpoints(path):
@@ -67,17 +68,24 @@ def _run_dir_and_checkpoints(path):
 
 
 def load_run(path):
-    """(the run's config, its checkpoint state) of a run or checkpoint step directory."""
+    """(the run's config, its checkpoint state) of a run or checkpoint step directory, read
+    without changing a byte of it (a live run's too): a run directory gives its newest
+    checkpoint that passes every check, a damaged one met on the way is reported and skipped."""
     run, checkpoints, step = _run_dir_and_checkpoints(path)
     config = ConfigDict(json.loads(fs.read_text(fs.join(run, 'config.json'))))
-    checkpointer = Checkpointer(run, keep=1, keep_best=0, async_save=False, is_main_host=False)
-    try:
-        state, _ = checkpointer.restore(step, directory=checkpoints)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(f'no checkpoint in {checkpoints} ({e}); train first, or pass a step directory') from None
-    finally:
-        checkpointer.close()
-    return config, state
+    if step is not None:
+        with CheckpointReader(run, directories=[checkpoints]) as reader:
+            try:
+                state, _ = reader.restore(step)
+            except FileNotFoundError as e:
+                raise UserError(f'{e}: pass a step directory that holds a complete checkpoint') from None
+        return config, state
+    with CheckpointReader(run) as reader:
+        found = reader.restore_newest_good(report=lambda line: print(f'warning: {line}', file=sys.stderr))
+    if found is None:
+        raise UserError(f'no checkpoint in {checkpoints} yet: train first (a run writes its first at '
+                        f'checkpoint.every_steps), or pass a step directory')
+    return config, found.tree
 
 
 def build_model(config, state, seq_len):
@@ -101,10 +109,13 @@ def build_model(config, state, seq_len):
 
 def task_of(config, name=None, state=None):
     """(the Task of the puzzles, and in a multi-task run the mixture.TokenMap of that task `name`
-    (default its first), else None). The maps follow from the config, but for the identifiers
+    (which such a run needs), else None). The maps follow from the config, but for the identifiers
     of an ARC set, which only its dataset knows: the trained table's rows (`state`) tell them,
     since every other task has its blank identifier only."""
     names = tuple(config.get('data', {}).get('mixture', ()) or ()) or (config.get('data', {}).get('task', 'sudoku'),)
+    if not name and len(names) > 1:
+        raise UserError(f'this run trained on several tasks ({", ".join(names)}): say which the puzzles are with '
+                        f'--task={" or --task=".join(names)}')
     name = name or names[0]
     if name not in names:
         raise UserError(f'--task={name}: the run trained on {", ".join(names)}; pass one of them')
@@ -264,7 +275,6 @@ def main(argv):
 
 def run():
     logging.set_verbosity(logging.WARNING)   # orbax reports every file it reads at INFO
-    orbax_noise.hide_read_only_notice()
     errors.run_main(main)
 
 

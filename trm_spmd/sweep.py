@@ -5,11 +5,13 @@
 Each entry trains in its own process (`python -m trm_spmd.main --config=ENTRY
 --workdir=STUDY_ROOT/<name>/<variant>`, the layout launch/tpu.py uses on a pod); a run
 whose run.json says done is skipped, so the same command resumes a study that was stopped.
-A failed run is reported and the sweep goes on. --report writes the study's comparison
-table (compare.md, compare.csv) and plots into a directory at the end.
+A failed run is reported and the sweep goes on. Ctrl-C stops the run in progress as it
+stops any run (a checkpoint, then exit) and then the sweep. --report writes the study's
+comparison table (compare.md, compare.csv) and plots into a directory at the end.
 """
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -40,6 +42,18 @@ def status_of(workdir):
     return json.loads(fs.read_text(path)).get('status') if fs.exists(path) else None
 
 
+def run_entry(command):
+    """The exit code of `command`, one run in its own process. Ctrl-C at the terminal reaches
+    the run itself (the whole foreground process group gets it), which saves and stops: the
+    sweep ignores it meanwhile, so that it neither kills the run before its checkpoint nor
+    goes on to the next. The run gets Ctrl-C's default handling back."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.call(command, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def main(argv):
     del argv
     runs = [(spec, workdir_of(FLAGS.study_root, spec)) for spec in expand_sweep(FLAGS.sweep)
@@ -51,7 +65,10 @@ def main(argv):
             continue
         print(f'[{i}/{len(runs)}] {spec} -> {workdir}', flush=True)
         start = time.time()
-        code = subprocess.call([sys.executable, '-m', 'trm_spmd.main', f'--config={spec}', f'--workdir={workdir}'])
+        code = run_entry([sys.executable, '-m', 'trm_spmd.main', f'--config={spec}', f'--workdir={workdir}'])
+        if code == errors.EXIT_STOPPED:
+            raise errors.Stopped(f'[{i}/{len(runs)}] {spec}: stopped by Ctrl-C; the same command resumes the sweep, '
+                                 f'this run from its newest checkpoint')
         print(f'[{i}/{len(runs)}] {spec}: {"done" if code == 0 else f"FAILED (exit {code})"} in '
               f'{format_duration(time.time() - start)}', flush=True)
         if code:

@@ -1,11 +1,14 @@
-"""Command line: compare runs, show the study dashboard, draw the study plots.
+"""Command line: compare runs, show the study dashboard, draw the study plots, show what a
+run gets wrong.
 
     python -m trm_spmd.analysis compare ROOT/tn_sweep [--out=DIR] [--format=markdown|csv|both]
     python -m trm_spmd.analysis status ROOT
     python -m trm_spmd.analysis plot 'ROOT/*/*' --out=DIR [--baseline=RUN]
+    python -m trm_spmd.analysis failures RUN [--task=T] [--step=S] [--limit=N] [--out=DIR]
 
-Every command takes run directories, globs, or a study root (searched recursively for
-directories holding config.json), local or on a bucket (gs://...); --out may be either too.
+Every command but `failures` takes run directories, globs, or a study root (searched
+recursively for directories holding config.json), local or on a bucket (gs://...); --out
+may be either too. `failures` takes one run directory.
 """
 
 import argparse
@@ -13,7 +16,7 @@ import sys
 import time
 
 from trm_spmd import errors, fs
-from trm_spmd.analysis import plots, runs as runs_lib, tables
+from trm_spmd.analysis import failures as failures_lib, plots, runs as runs_lib, tables
 
 
 class UsageError(errors.UserError):
@@ -51,6 +54,16 @@ def _parser():
     plot.add_argument('--baseline', metavar='RUN',
                       help='run to mark as the baseline (label, variant, name or path); '
                            'default: the run whose variant or name contains "baseline"')
+
+    failures = commands.add_parser(
+        'failures', help='held-out examples a run got wrong: question, answer, prediction, verdict')
+    failures.add_argument('run', metavar='RUN', help='a run directory (local or gs://)')
+    failures.add_argument('--task', help="one task's (a multi-task run has several); default: every task")
+    failures.add_argument('--step', type=int, help="the evaluation at this step; default: each task's newest")
+    failures.add_argument('--limit', type=int, default=5, metavar='N',
+                          help='failures shown per task (default 5)')
+    failures.add_argument('--out', metavar='DIR',
+                          help='also draw them: DIR/failures_TASK_STEP.png (local or gs://)')
     return parser
 
 
@@ -95,10 +108,31 @@ def _plot(args, runs):
             print(f'skipped {filename}: {reason}')
 
 
+def _failures(args):
+    if args.out:
+        plots.require_matplotlib()   # before reading, so the fix comes first
+    samples = failures_lib.load_samples(args.run, task=args.task, step=args.step)
+    for sample in samples:
+        print(sample.describe())
+        for record in sample.failures[:max(args.limit, 0)]:
+            print(f'\n#{record.index} (halting confidence {100 * record.confidence:.0f}%): {record.verdict}')
+            print(record.render())
+        print()
+        if args.out:
+            from trm_spmd.analysis import gallery
+            fs.makedirs(args.out)
+            path = fs.join(args.out, f'failures_{sample.task}_{sample.step}.png')
+            fs.write_bytes(path, gallery.png(gallery.figure(sample, limit=max(args.limit, 1))))
+            print(f'wrote {path}', file=sys.stderr)
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     now = time.time()
     try:
+        if args.command == 'failures':
+            _failures(args)
+            return 0
         if args.command == 'plot':
             plots.require_matplotlib()  # before reading runs, so the fix comes first
         runs = _load(args, now)

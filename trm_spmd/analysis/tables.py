@@ -34,7 +34,7 @@ _CONFIG_COLUMNS = {
 }
 
 # Dashboard summary order: what needs attention first.
-_STATUS_ORDER = ['stale (crashed?)', 'failed', 'nan', 'preempted', 'running', 'starting',
+_STATUS_ORDER = ['stale (crashed?)', 'failed', 'nan', 'preempted', 'stopped', 'running', 'starting',
                  'not started', 'done']
 
 

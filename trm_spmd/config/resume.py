@@ -14,7 +14,7 @@ allowed (bookkeeping, cadence, performance, where it runs):
   train.log_every_steps, train.eval_every_steps, train.eval_every_epochs
   train.nan_policy                   differs only at a non-finite step, where 'stop' would have stopped
   train.stop_at_exact_accuracy       when to end early, not what training computes
-  eval.global_batch_size, eval.save_outputs, eval.difficulty_buckets, eval.report_act_steps,
+  eval.global_batch_size, eval.save_outputs, eval.samples, eval.difficulty_buckets, eval.report_act_steps,
   eval.puzzle_ids                    which identifiers an evaluation shows the model, not training
   checkpoint.*, logging.*, xla.*, native.*
 allowed only when nothing depends on the run length (train.total_steps, train.epochs):
@@ -26,6 +26,10 @@ refused (the checkpoints or the numbers depend on them):
   seed, data.* (but prefetch), model.* (but grad_checkpointing), act.*, loss.*, optim.*,
   curriculum.*, ema.*, eval.max_examples and eval.act_steps (evaluations would stop being comparable),
   init_from (picks the starting weights of a new run), runlocal (sizes the whole experiment).
+
+When several refused keys changed, the one named is the change that explains the others:
+another task (a config of another family changes many keys), then another model size, then
+the rest of the model, then another dataset; else the first by name.
 
 Every key of the schema is in exactly one table (a test checks it), so a new key must be
 classified when it is added. A key the saved config lacks (added to the schema since the
@@ -42,8 +46,8 @@ from trm_spmd.errors import UserError
 
 ALLOWED = ('name', 'variant', 'mode', 'backend', 'mesh.*', 'model.grad_checkpointing', 'data.prefetch',
            'train.log_every_steps', 'train.eval_every_steps', 'train.eval_every_epochs', 'train.nan_policy',
-           'train.stop_at_exact_accuracy', 'eval.global_batch_size', 'eval.save_outputs', 'eval.difficulty_buckets',
-           'eval.report_act_steps', 'eval.puzzle_ids',
+           'train.stop_at_exact_accuracy', 'eval.global_batch_size', 'eval.save_outputs', 'eval.samples',
+           'eval.difficulty_buckets', 'eval.report_act_steps', 'eval.puzzle_ids',
            'checkpoint.*', 'logging.*', 'xla.*', 'native.*')
 RUN_LENGTH = ('train.total_steps', 'train.epochs')
 # key or section -> why a change is refused.
@@ -51,6 +55,8 @@ REFUSED = {
     'seed': 'the data order and the exploration draws follow the seed',
     'init_from': 'it picks the starting weights of a new run, and this run has checkpoints',
     'runlocal': 'it sizes the whole experiment',
+    'data.task': 'the checkpoints hold a model trained on the old task',
+    'data.mixture': 'the checkpoints hold a model trained on the old tasks',
     'data.*': 'the data and the data position in the checkpoints belong to the old value',
     'model.*': 'the checkpoints hold a model built with the old value',
     'act.*': 'the ACT carry and halting in the checkpoints follow the old value',
@@ -63,6 +69,9 @@ REFUSED = {
 }
 
 Change = collections.namedtuple('Change', 'key old new')
+# Of several refused changes, the first of these named (a pattern ending in '*' is a prefix).
+EXPLAINS_MOST = ('data.task', 'data.mixture', 'model.hidden_size', 'model.L_layers', 'model.mlp_t', 'model.*',
+                 'data.path', 'data.mixture_paths')
 
 
 class ResumeConfigError(UserError):
@@ -115,15 +124,23 @@ def _refuse(key, old, new, why):
         f'config.json): {why}; revert it to resume, or start a new run with another --workdir')
 
 
+def _rank(key):
+    """Where `key` comes among refused changes: the change that explains the others first."""
+    for rank, pattern in enumerate(EXPLAINS_MOST):
+        if key == pattern or (pattern.endswith('*') and key.startswith(pattern[:-1])):
+            return rank
+    return len(EXPLAINS_MOST)
+
+
 def check_resume(saved, config):
     """The allowed changes (Change(key, old, new), by key) from the config a run started with
     (`saved`, its config.json as a dict) to `config` (a ConfigDict); ResumeConfigError, one
-    line, for the first refused one."""
+    line, for the refused one that explains the others (EXPLAINS_MOST), else the first."""
     defaults = _flat(json.loads(default_config().to_json_best_effort()))
     old = dict(defaults, **_flat(saved))
     new = _flat(json.loads(config.to_json_best_effort()))
     changes = [Change(k, old.get(k), new[k]) for k in sorted(new) if old.get(k) != new[k]]
-    allowed = []
+    allowed, refused = [], []
     for change in changes:
         rule = classify(change.key)
         if rule == 'allowed':
@@ -134,10 +151,14 @@ def check_resume(saved, config):
                 continue
             why = _length_dependence(new) or _length_dependence(old)
             if why:
-                raise _refuse(change.key, change.old, change.new, f'{why} depends on the run length')
+                refused.append((change, f'{why} depends on the run length'))
+                continue
             allowed.append(change)
         else:
-            raise _refuse(change.key, change.old, change.new, rule or 'it is not known to be safe to change')
+            refused.append((change, rule or 'it is not known to be safe to change'))
+    if refused:
+        change, why = min(refused, key=lambda r: _rank(r[0].key))   # min keeps the first by name among equals
+        raise _refuse(change.key, change.old, change.new, why)
     return allowed
 
 

@@ -122,6 +122,8 @@ def default_config() -> ml_collections.ConfigDict:
     v.global_batch_size = 768
     v.max_examples = 0           # 0: the whole test split
     v.save_outputs = False       # per-puzzle logits / q_halt / predictions to DIR/eval/outputs_STEP.npz
+    v.samples = 128              # held-out examples (evenly spaced) whose question, answer and prediction
+                                 # every evaluation writes to DIR/eval/samples_STEP.npz; 0: none
     v.difficulty_buckets = ()    # rating bucket edges; () picks defaults from the data
     v.act_steps = 0              # ACT steps every test puzzle runs; 0: act.halt_max_steps (test-time recursion: more)
     v.report_act_steps = ()      # at the end (and in eval mode) also after these ACT steps, e.g. (1, 2, 4, 8, 16, 32)

@@ -114,6 +114,7 @@ def validate(config, device_count=None, process_count=1):
 
     _check(c.eval.puzzle_ids in ('trained', 'blank', 'random'),
            f"eval.puzzle_ids={c.eval.puzzle_ids!r} must be 'trained', 'blank' or 'random'")
+    _check(c.eval.samples >= 0, f'eval.samples={c.eval.samples} must be >= 0 (0: keep none)')
     _check(c.eval.act_steps >= 0, f'eval.act_steps={c.eval.act_steps} must be >= 0 (0: act.halt_max_steps)')
     _check(all(int(k) >= 1 for k in c.eval.report_act_steps),
            f'eval.report_act_steps={tuple(c.eval.report_act_steps)} must all be >= 1')

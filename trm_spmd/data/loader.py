@@ -224,6 +224,15 @@ class EvalBatches:
         for index in range(self.num_batches):
             yield self.batch_at(index)
 
+    def examples(self, rows):
+        """'inputs', 'labels' (ignored cells -100) and 'puzzle_identifiers' of the split's
+        examples `rows` (any host reads any row: every host holds the whole split)."""
+        rows = np.asarray(rows, np.int64)
+        return {'inputs': np.asarray(self.split.inputs[rows], np.int32),
+                'labels': _labels(np.asarray(self.split.labels[rows]), self._ignore),
+                'puzzle_identifiers': np.asarray(self.split.puzzle_identifiers[self._puzzle_of_example[rows]],
+                                                 np.int32)}
+
 
 class Prefetcher:
     """batch_at(start), batch_at(start + 1), ... made on a background thread, up to `depth`

@@ -3,16 +3,59 @@
 The official builders read `source,question,answer,rating` CSVs from the Hugging Face Hub.
 `resolve_input` turns `hf://OWNER/NAME/FILE` into a local file through huggingface_hub
 (cached; HF_ENDPOINT picks the server), so every builder also takes local files, which is
-how a machine without the Hub builds.
+how a machine without the Hub builds. A Hub that does not answer is retried by
+huggingface_hub (five times over about 25 s); that is one `warning:` line, then the error.
 """
 
+import contextlib
 import csv
+import logging
 import os
+import sys
 
 from trm_spmd.data.errors import DataError
 
 CSV_HEADER = ('source', 'question', 'answer', 'rating')
 HF_PREFIX = 'hf://'
+_HUB_HTTP_LOGGER = 'huggingface_hub.utils._http'   # where huggingface_hub reports each failed try and retry
+
+
+class _OneRetryNotice(logging.Filter):
+    """huggingface_hub's two warnings per retry of `path` become one line at the first."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path, self.said = path, False
+
+    def filter(self, record):
+        message = record.getMessage()
+        if ' thrown while requesting ' not in message and not message.startswith('Retrying in'):
+            return True
+        if not self.said:
+            self.said = True
+            reason = message.split(' thrown while requesting ')[0].strip("'")
+            print(f'warning: {self.path}: the Hugging Face Hub did not answer ({reason}); retrying for about 25 s',
+                  file=sys.stderr, flush=True)
+        return False
+
+
+@contextlib.contextmanager
+def _one_retry_notice(path):
+    logger, notice = logging.getLogger(_HUB_HTTP_LOGGER), _OneRetryNotice(path)
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
+def _reason(error):
+    """The first line of what went wrong; for a Hub that could not be reached, its cause."""
+    if type(error).__name__ == 'LocalEntryNotFoundError':   # "cannot locate the file": the cause says why
+        while (error.__cause__ or error.__context__) is not None:
+            error = error.__cause__ or error.__context__
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def resolve_input(path):
@@ -30,10 +73,10 @@ def resolve_input(path):
         raise DataError(f'{path}: reading from the Hub needs huggingface_hub (pip install huggingface_hub); '
                         f'or download {filename} yourself and pass --input=LOCAL_FILE') from None
     try:
-        return huggingface_hub.hf_hub_download(repo, filename, repo_type='dataset')
+        with _one_retry_notice(path):
+            return huggingface_hub.hf_hub_download(repo, filename, repo_type='dataset')
     except Exception as e:   # network, 404, auth: all mean "get the file another way"
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f'{path}: could not download from the Hugging Face Hub ({reason}); '
+        raise DataError(f'{path}: could not download from the Hugging Face Hub ({_reason(e)}); '
                         f'download {filename} on a machine that reaches the Hub and pass '
                         f'--input=LOCAL_FILE') from None
 

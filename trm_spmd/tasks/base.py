@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from trm_spmd.batch import IGNORE_LABEL
 from trm_spmd.progress import Progress
 
 
@@ -96,6 +97,23 @@ class Task:
     def render(self, inputs, prediction):
         """The puzzle and the model's answer as text, side by side or one above the other."""
         raise NotImplementedError
+
+    def judge(self, inputs, labels, prediction):
+        """(correct, one line) of a predicted row against its answer `labels` (-100 where
+        unsupervised): correct when every supervised cell is right, the evaluation's exact
+        accuracy; the line says what is wrong in the task's terms (its verdict)."""
+        wrong, supervised = wrong_cells(labels, prediction)
+        if not wrong:
+            return True, 'right'
+        _, verdict = self.verdict(inputs, prediction)
+        return False, f'{wrong} of {supervised} cells wrong; {verdict}'
+
+
+def wrong_cells(labels, prediction):
+    """(cells predicted wrong, cells supervised) of one row."""
+    labels, prediction = np.asarray(labels), np.asarray(prediction)
+    supervised = labels != IGNORE_LABEL
+    return int(np.count_nonzero((prediction != labels) & supervised)), int(np.count_nonzero(supervised))
 
 
 def draw_unique(count, draw, taken, progress, label, unit):

@@ -2,7 +2,8 @@
 
 The tree holds numpy arrays: model parameters and buffers, both optimizers' states, the EMA
 shadow, and the ACT carry (every row's z_H/z_L, step count and current puzzle, so a resumed
-run continues each puzzle where it was). `meta` holds the step and the data position.
+run continues each puzzle where it was). `meta` holds the step and the data position (and
+the loop adds whether an evaluation is pending and the accuracy of the step's evaluation).
 Randomness needs no state: exploration draws and data order are functions of (seed, step),
 so the step is the whole position of a run.
 """
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 
 from trm_spmd import fs
-from trm_spmd.checkpoint import to_numpy_tree
+from trm_spmd.checkpoint import open_reader, to_numpy_tree
 from trm_spmd.errors import UserError
 from trm_spmd.model.trm import PUZZLE_EMB
 
@@ -59,15 +60,15 @@ def checkpoint_tree(trainer, state, step, data_position, runtime):
 
 
 @torch.no_grad()
-def _load_model(model, tree):
+def _load_model(model, tree, what='checkpoint', fix=_RESUME_HINT):
     own = model.state_dict()
     for key, value in tree.items():
         if key not in own:
-            raise UserError(f'checkpoint holds {key!r}, which this model does not have: {_RESUME_HINT}')
+            raise UserError(f'{what} holds {key!r}, which this model does not have: {fix}')
         value = np.asarray(value)
         if tuple(value.shape) != tuple(own[key].shape):
-            raise UserError(f'checkpoint {key!r} has shape {tuple(value.shape)}, the model '
-                            f'{tuple(own[key].shape)}: {_RESUME_HINT}')
+            raise UserError(f'{what} {key!r} has shape {tuple(value.shape)}, this model '
+                            f'{tuple(own[key].shape)}: {fix}')
         own[key].copy_(torch.from_numpy(value).to(own[key].dtype))
 
 
@@ -90,8 +91,11 @@ def restore_state(trainer, tree, state, runtime):
     return state._replace(carry={k: placed[k].to(v.dtype) for k, v in state.carry.items()})
 
 
-def initialize_from(source, trainer, checkpointer):
-    """Weights (and EMA) from 'official:PATH', a trm_spmd workdir, or a checkpoint step dir."""
+def initialize_from(source, trainer):
+    """Weights (and EMA) from 'official:PATH', a trm_spmd run directory, a directory of its
+    checkpoint steps, or one step directory. The source is read and never changed (it may be
+    a live run): its newest checkpoint that passes every check, damaged ones reported and
+    skipped. A source that cannot be used is one UserError saying what is wrong with it."""
     model, ema = trainer.model, trainer.ema
     if source.startswith('official:'):
         from trm_spmd.model.official import load_official
@@ -105,13 +109,23 @@ def initialize_from(source, trainer, checkpointer):
             # An official checkpoint already holds the averaged weights.
             _load_ema(ema, {n: p.detach().cpu() for n, p in model.named_main_parameters()})
         return
-    directory = fs.join(source, 'checkpoints') if fs.exists(fs.join(source, 'checkpoints')) else source
-    try:
-        tree, _ = checkpointer.restore(directory=directory)
-    except (FileNotFoundError, ValueError) as e:
-        raise UserError(f'no checkpoint to start from at {source} ({e}); pass a workdir, '
-                        f'a checkpoints directory, or official:PATH') from None
-    _load_model(model, tree['model'])
+    what = f'init_from={source}'
+    if not fs.exists(source):
+        raise UserError(f'{what}: no such directory: pass a run directory, a checkpoint directory or official:PATH')
+    reader, step = open_reader(source)
+    with reader:
+        if step is not None:
+            try:
+                tree, _ = reader.restore(step)
+            except FileNotFoundError as e:
+                raise UserError(f'{what}: {e}') from None
+        else:
+            found = reader.restore_newest_good()
+            if found is None:
+                raise UserError(f'{what}: no checkpoint there: pass a run directory with checkpoints, a checkpoint '
+                                f'directory or official:PATH')
+            tree = found.tree
+    _load_model(model, tree['model'], f'{what}: its checkpoint',
+                'it was trained with another model: use the config it was trained with (its config.json)')
     if ema is not None:
         _load_ema(ema, tree.get('ema') or {n: p.detach().cpu().numpy() for n, p in model.named_main_parameters()})
-

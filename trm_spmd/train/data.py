@@ -137,9 +137,14 @@ def member_configs(config):
     return members
 
 
-def open_dataset(config, runtime):
+def open_dataset(config, runtime, fix=None):
+    """The run's Dataset (or Mixture). A dataset of another task is refused in one line ending
+    with `fix`, the setting that picks it (default: data.task and data.path)."""
     if config.data.mixture:
-        members = [open_dataset(member, runtime) for member in member_configs(config)]
+        members = [open_dataset(member, runtime, f'entry {i} of data.mixture_paths is the dataset of '
+                                                 f'{member.data.task} (entry {i} of data.mixture): point it at a '
+                                                 f'{member.data.task} dataset')
+                   for i, member in enumerate(member_configs(config), 1)]
         sizes = [{'seq_len': m.seq_len, 'vocab_size': m.vocab_size, 'num_puzzle_identifiers': m.num_puzzle_identifiers}
                  for m in members]
         return Mixture(members, mixture.token_maps(config.data.mixture, sizes), mixture.batch_rows(config.data), config)
@@ -153,6 +158,6 @@ def open_dataset(config, runtime):
     for split in splits:
         problem = task.check_metadata(split.metadata, split.path)
         if problem:
-            raise DatasetError(f'{split.path}: not a {task.name} dataset: {problem}; set --config.data.task '
-                               f'to its task or point data.path at a {task.name} dataset')
+            raise DatasetError(f'{split.path}: not a {task.name} dataset: {problem}; ' + (
+                fix or f'set --config.data.task to its task or point data.path at a {task.name} dataset'))
     return Dataset(path, task, *splits, config, runtime.process_index, runtime.process_count)

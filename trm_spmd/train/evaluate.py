@@ -16,6 +16,7 @@ from trm_spmd.batch import BATCH_KEYS, IGNORE_LABEL
 from trm_spmd.data.loader import row_uniforms
 from trm_spmd.model.act import initial_carry
 from trm_spmd.model.losses import loss_and_metrics, predictions
+from trm_spmd.train.samples import SampleKeeper, sample_rows
 from trm_spmd.train.step import make_eval_step
 
 _RANDOM_IDS = 7   # the stream tag of eval.puzzle_ids=random
@@ -55,7 +56,8 @@ def batch_sums(carry, outputs, bucket, num_buckets, cfg):
 
 class Evaluator:
     """Runs every test batch with the EMA weights (when the run keeps them); `run(step)`
-    returns {'eval/...': float} and writes per-puzzle outputs when config.eval.save_outputs.
+    returns {'eval/...': float}, writes a sample of questions, answers and predictions
+    (eval.samples; train/samples.py) and per-puzzle outputs when config.eval.save_outputs.
 
     Every row runs eval.act_steps ACT steps (default the training's halt_max_steps: the
     reference's evaluation). `run(step, depths)` adds the metrics after fewer or more steps
@@ -78,6 +80,8 @@ class Evaluator:
         self.global_batch = config.eval.global_batch_size
         self.act_steps = config.eval.act_steps or self.cfg.halt_max_steps
         self.step_fns = {}   # deepest ACT step -> compiled eval step (rows halt there)
+        self.sample_rows = sample_rows(eval_batches.num_examples, config.eval.samples)
+        self.task_name = token_map.name if token_map else config.data.task
         num_buckets = len(buckets.edges)
         self.sums_fn = runtime.compile(
             lambda carry, outputs, bucket: batch_sums(carry, outputs, bucket, num_buckets, self.cfg), 'eval_sums')
@@ -109,6 +113,7 @@ class Evaluator:
         try:
             totals, outputs_kept = {}, []
             task_name, scorer = self.scorer() if self.scorer else (None, None)
+            sample = SampleKeeper(self.sample_rows, self.global_batch) if self.sample_rows.size else None
             for index, host_batch in enumerate(self.batches):
                 bucket = self.buckets.ids(host_batch)
                 model_batch = {k: host_batch[k] for k in BATCH_KEYS}
@@ -127,8 +132,12 @@ class Evaluator:
                             k: totals[depth][k] + v for k, v in sums.items()}
                     if depth == self.act_steps and self.config.eval.save_outputs:
                         outputs_kept.append(self._host_outputs(outputs, host_batch))
-                    if depth == self.act_steps and scorer is not None:
-                        self._score(scorer, index, outputs)
+                    if depth == self.act_steps and (scorer is not None or sample and sample.wants(index)):
+                        answers, q_halt = self._answers(outputs)
+                        if scorer is not None:
+                            self._score(scorer, index, answers, q_halt)
+                        if sample and sample.wants(index):
+                            sample.add(index, answers, q_halt)
                 if interrupt is not None and interrupt():
                     return None
             self.runtime.all_reduce_sum_([v for sums in totals.values() for v in sums.values()])
@@ -139,6 +148,9 @@ class Evaluator:
                 self.runtime.sync()
         if outputs_kept and self.runtime.is_main_host:
             self._save_outputs(step, outputs_kept)
+        if sample and self.runtime.is_main_host:
+            sample.write(fs.join(self.workdir, 'eval', f'samples_{self.file_tag}{step}.npz'), step, self.task_name,
+                         self.act_steps, self.batches)
         result = self._summarize(host[self.act_steps])
         if scorer is not None and self.runtime.is_main_host:
             scores, submission = scorer.result()
@@ -165,12 +177,16 @@ class Evaluator:
             return (1 + u * (self.num_ids - 1)).astype(np.int32)
         return identifiers
 
-    def _score(self, scorer, index, outputs):
-        """Hands the global batch's answers to the task's scorer (on the main host)."""
+    def _answers(self, outputs):
+        """(answers in the task's tokens [global batch, L], q_halt logits [global batch]) on
+        the host: a transfer every host takes part in, outside the compiled step."""
         answers = self.runtime.to_host(predictions(outputs['logits']).to(torch.uint8)).numpy()
         if self.token_map is not None:
             answers = self.token_map.answers(answers)
-        q_halt = self.runtime.to_host(outputs['q_halt_logits'].float()).numpy()
+        return answers, self.runtime.to_host(outputs['q_halt_logits'].float()).numpy()
+
+    def _score(self, scorer, index, answers, q_halt):
+        """Hands the global batch's answers to the task's scorer (on the main host)."""
         rows = index * self.global_batch + np.arange(answers.shape[0])
         valid = rows < self.batches.num_examples
         if self.runtime.is_main_host:

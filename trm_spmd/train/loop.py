@@ -7,6 +7,7 @@ curriculum stage) and evaluate.py; what a checkpoint holds is in checkpoint_io.p
 """
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -14,10 +15,10 @@ import time
 
 from trm_spmd import fs, hosts, scale
 from trm_spmd import lease as lease_lib
-from trm_spmd.checkpoint import Checkpointer, restore_agreed
+from trm_spmd.checkpoint import Checkpointer, CheckpointReader, restore_agreed
 from trm_spmd.config import config_hash, validate
 from trm_spmd.data.loader import Prefetcher
-from trm_spmd.errors import UserError
+from trm_spmd.errors import EXIT_STOPPED, Stopped, UserError
 from trm_spmd.model.flops import train_flops_per_example_step
 from trm_spmd.progress import format_duration
 from trm_spmd.runtime import create_runtime
@@ -34,25 +35,53 @@ class NonFiniteLoss(UserError):
 
 
 class StopRequest:
-    """Set by SIGTERM (a TPU preemption): the loop checkpoints the step it is on and exits 0.
-    A context manager: the previous handler is back when the run ends."""
+    """Set by SIGTERM (a TPU preemption) or SIGINT (Ctrl-C): the loop checkpoints the step it
+    is on and stops. A Ctrl-C once a stop is under way stops at once, as a kill would: one
+    line, `stop_now()` (which records the run as stopped), exit EXIT_STOPPED, nothing unwound.
+    The newest complete checkpoint is untouched and a save in flight is never listed (orbax
+    renames a checkpoint into place only once it is whole). A context manager: the previous
+    handlers are back when the run ends."""
 
-    def __init__(self):
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop_now=lambda: None):
         self.reason = ''
-        self._previous = None
+        self._stop_now = stop_now
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        del frame
+        if self.reason and signum == signal.SIGINT:
+            self._exit_now()
+        if not self.reason and signum == signal.SIGINT:
+            _say('Ctrl-C: stopping cleanly (Ctrl-C again stops at once)')
+        self.reason = self.reason or signal.Signals(signum).name
+
+    def _exit_now(self):
+        _say('stopped at once by a second Ctrl-C: the step in progress is not saved; rerun the same command to '
+             'resume from the newest complete checkpoint')
+        try:
+            self._stop_now()
+        finally:
+            os._exit(EXIT_STOPPED)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(
-                signal.SIGTERM, lambda signum, frame: setattr(self, 'reason', signal.Signals(signum).name))
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
 
     def __bool__(self):
         return bool(self.reason)
+
+
+def _say(line):
+    """A line on stderr from a signal handler: straight to the file descriptor, since the
+    handler may have interrupted a print to the same stream."""
+    os.write(2, (line + '\n').encode())
 
 
 def checkpoints_complete(checkpointer, exchange):
@@ -70,12 +99,29 @@ def checkpoints_complete(checkpointer, exchange):
         raise fs.StorageError(line)
 
 
+def initialize_before_start(config, workdir, trainer):
+    """Loads config.init_from into the trainer when the workdir holds no checkpoint to resume
+    from, before anything is written: a source that cannot be used stops the run in one line
+    and leaves no workdir behind. Returns whether it did."""
+    if not (config.init_from or config.mode == 'eval'):
+        return False
+    with CheckpointReader(workdir) as own:
+        if own.all_steps():
+            return False   # the workdir's own checkpoints come first: the run resumes
+    if not config.init_from:
+        raise UserError(f'mode=eval evaluates config.init_from, or the workdir\'s newest checkpoint, and {workdir} '
+                        f'has none: pass --config.init_from=RUN_DIR (or official:PATH)')
+    initialize_from(config.init_from, trainer)
+    return True
+
+
 def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False):
     """Trains `config` in `workdir`, resuming from its newest checkpoint, and returns the last
     evaluation's metrics. With config.mode 'eval' it evaluates config.init_from (default:
     the workdir's newest checkpoint) instead. The run holds a lease on `workdir` for its
     whole life (lease.py): a second run there is refused, unless the lease is stale and
-    takeover_stale_lease is set."""
+    takeover_stale_lease is set. SIGTERM checkpoints the step and returns (run.json:
+    preempted); Ctrl-C does the same and raises errors.Stopped (run.json: stopped)."""
     started, workdir = time.time(), fs.absolute(workdir)
 
     # ---- devices, hosts, data ------------------------------------------------------------
@@ -98,6 +144,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     evaluator = dataset.evaluator(trainer, runtime, workdir)
     if config.data.mixture and runtime.is_main_host:
         print(dataset.describe(), flush=True)
+    initialized = initialize_before_start(config, workdir, trainer)
 
     # ---- the run directory: a lease on it, its record, checkpoints and metrics ------------
     with contextlib.ExitStack() as cleanup:
@@ -110,12 +157,14 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             runtime.is_main_host, runtime.shared_filesystem))
         record = RunRecord.start(workdir, config, source, runtime, trainer, total_steps, started,
                                  resuming=checkpointer.latest_step() is not None)
+        stop = cleanup.enter_context(StopRequest(
+            stop_now=lambda: record.finish('stopped', 'stopped at once by a second Ctrl-C')))
         writer = cleanup.enter_context(MetricWriter(workdir, runtime.is_main_host, config.logging.tensorboard,
                                                     config if config.logging.wandb else None))
         cleanup.callback(runtime.wait)
         log = TrainLog(writer, runtime, batch_size, total_steps, dataset.epoch_examples,
                        flops_per_example, stages, eval_every)
-        stop, last_eval = cleanup.enter_context(StopRequest()), {}
+        last_eval = {}
         try:
             # ---- where the run starts: its newest good checkpoint, else init_from, else fresh
             restored = restore_agreed(checkpointer, exchange)   # damaged ones are moved aside
@@ -130,12 +179,20 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                     writer.write(step, last_eval)
                     log.print_eval(step, last_eval)
                     checkpointer.save(step, restored.tree, restored.meta, last_eval)   # its best-K entry
+                elif restored.meta.get('eval'):
+                    # Its best-K copy, when a failure (a full disk) stopped that write: saved now.
+                    checkpointer.save(step, restored.tree, restored.meta, restored.meta['eval'])
             elif config.init_from or config.mode == 'eval':
-                initialize_from(config.init_from or workdir, trainer, checkpointer)
+                if not initialized:   # the workdir's checkpoints were gone by the time the run held it
+                    initialize_from(config.init_from or workdir, trainer)
                 print(f'initialised weights from {config.init_from or workdir}', flush=True)
             settle(trainer, runtime)
             if config.mode == 'eval':
-                last_eval = evaluator.run(step, config.eval.report_act_steps)
+                last_eval = evaluator.run(step, config.eval.report_act_steps,
+                                          interrupt=lambda: stop.reason == 'SIGINT')
+                if last_eval is None:
+                    raise Stopped('stopped by Ctrl-C during the evaluation, which was not recorded: rerun the same '
+                                  'command to evaluate')
                 writer.write(step, last_eval)
                 checkpoints_complete(checkpointer, exchange)
                 record.finish('done')
@@ -144,6 +201,8 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             if step >= total_steps:
                 print(f'nothing to do: the run already reached step {step} of {total_steps}', flush=True)
                 last_eval = evaluator.run(step)
+                if restored:   # its best-K copy, if a checkpoint from before evaluations were recorded lacks it
+                    checkpointer.save(step, restored.tree, restored.meta, last_eval)
             log.start(step)
 
             # ---- the loop -------------------------------------------------------------------
@@ -179,10 +238,14 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                     tree, meta = checkpoint_tree(trainer, state, step, loader.position(step), runtime)
                     # An evaluation a preemption cut short runs first thing on resume.
                     meta['eval_pending'] = evaluate and evaluated is None
+                    if evaluated:   # what its best-K copy is ranked by, should a rerun have to write that copy
+                        meta['eval'] = {'eval/exact_accuracy': float(evaluated['eval/exact_accuracy'])}
+                    writer.flush()   # a bucket's metrics.jsonl then holds every step this checkpoint does
                     checkpointer.save(step, tree, meta, evaluated)
                 log.paused(time.time() - paused)
                 if stop:
-                    print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
+                    if stop.reason != 'SIGINT':
+                        print(f'{stop.reason}: checkpoint written at step {step}; exiting', flush=True)
                     break
                 if evaluated and 0 < config.train.stop_at_exact_accuracy <= evaluated['eval/exact_accuracy']:
                     print(f'reached train.stop_at_exact_accuracy={config.train.stop_at_exact_accuracy:g} at step '
@@ -195,10 +258,16 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             # Done (or preempted) only once its newest checkpoint is complete: a save that fails
             # here ends the run like one that fails mid-run.
             checkpoints_complete(checkpointer, exchange)
+            if stop.reason == 'SIGINT':
+                raise Stopped(f'stopped by Ctrl-C at step {step}, its checkpoint written: rerun the same command '
+                              f'to resume')
             status = 'preempted' if stop else 'done'
             record.finish(status, stop.reason)
             record.print_summary(last_eval, status)
             return last_eval
+        except Stopped as e:
+            record.finish('stopped', str(e))
+            raise
         except BaseException as e:
             # A user's error (a NaN stop included) is recorded as the line it prints; anything else with its kind.
             message = str(e) if isinstance(e, UserError) else f'{type(e).__name__}: {e}'

@@ -8,6 +8,7 @@ a resumed run never appends to a torn record.
 """
 
 import errno
+import io
 import json
 import os
 import sys
@@ -95,13 +96,15 @@ class _EventFile:
     """TensorBoard scalars, written in the caller's thread. tensorboardX's SummaryWriter writes
     from a thread of its own: when a write fails (a full disk) that thread dies, and a later
     add blocks forever on its full queue, hanging the run. Here a failed write raises where
-    the run reports it (one line, StorageError)."""
+    the run reports it (one line, StorageError). On a bucket the event file goes through fs
+    like every other file (_BucketEventFiles)."""
 
     FLUSH_SECONDS = 30.0   # on a bucket a flush uploads the whole file again
 
     def __init__(self, logdir):
         from tensorboardX.event_file_writer import EventsWriter
-        from tensorboardX.record_writer import directory_check
+        from tensorboardX.record_writer import directory_check, register_writer_factory
+        register_writer_factory('gs', _BucketEventFiles())
         with fs.user_facing(logdir, 'write'):
             directory_check(logdir)
             self._writer = EventsWriter(fs.join(logdir, 'events'))
@@ -125,6 +128,37 @@ class _EventFile:
     def close(self):
         self.flush()
         self._writer.close()
+
+
+class _BucketEventFile:
+    """An event file on a bucket, held in memory and uploaded whole through fs at each flush.
+    (tensorboardX's own gs:// writer uploads with google-cloud-storage, outside fs's one-line
+    errors, and flushes again from __del__ at exit, when a bucket that failed makes it print a
+    traceback.)"""
+
+    def __init__(self, path):
+        self.path, self.data, self._uploaded = path, io.BytesIO(), -1
+
+    def write(self, data):
+        self.data.write(data)
+
+    def flush(self):
+        if self._uploaded != self.data.tell():   # closing flushes again: nothing new, no upload
+            fs.write_bytes(self.path, self.data.getvalue())
+            self._uploaded = self.data.tell()
+
+    def close(self):
+        self.flush()
+
+
+class _BucketEventFiles:
+    """tensorboardX's writer factory for gs:// paths."""
+
+    def open(self, path):
+        return _BucketEventFile(path)
+
+    def directory_check(self, path):
+        pass   # a bucket has no directories to create
 
 
 def _append_whole(path, data):

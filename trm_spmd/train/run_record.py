@@ -1,5 +1,6 @@
 """A run directory's record of itself: config.json (the resolved config) and run.json (how it
-was launched, its size and its status: running, done, preempted, nan or failed). Host 0 writes."""
+was launched, its size and its status: running, done, preempted (SIGTERM), stopped (Ctrl-C), nan
+or failed). Host 0 writes."""
 
 import json
 import time

@@ -13,7 +13,7 @@ import numpy as np
 from trm_spmd.data.errors import PuzzleError
 from trm_spmd.tasks.arc import build, grid
 from trm_spmd.tasks.arc.score import load_scorer
-from trm_spmd.tasks.base import Task, side_by_side
+from trm_spmd.tasks.base import Task, side_by_side, wrong_cells
 
 
 def _grid_of(tokens, what):
@@ -118,6 +118,21 @@ class Arc(Task):
             return False, f'invalid: {problem}'
         return False, (f'a {cells.shape[0]}x{cells.shape[1]} grid; an ARC answer can only be judged against '
                        f'its task\'s solution (test_puzzles.json), which a single puzzle does not come with')
+
+    def judge(self, inputs, labels, prediction):
+        """The predicted grid against the answer's: its size, then its cells."""
+        if not wrong_cells(labels, prediction)[0]:
+            return True, 'right'
+        answer = grid.crop(np.where(np.asarray(labels) < 0, grid.PAD, labels))
+        cells, problem = _grid_of(prediction, 'the answer')
+        if cells is None:
+            return False, problem
+        if cells.shape != answer.shape:
+            return False, (f'a {cells.shape[0]}x{cells.shape[1]} grid where the answer is '
+                           f'{answer.shape[0]}x{answer.shape[1]}')
+        wrong = int(np.count_nonzero(cells != answer))
+        return False, (f'{wrong} of {answer.size} cells wrong' if wrong else
+                       problem or 'the right cells, but not the answer\'s border of end tokens')
 
     def render(self, inputs, prediction):
         left, right = (grid.render(grid.crop(tokens)) for tokens in (inputs, prediction))

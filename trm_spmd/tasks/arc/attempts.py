@@ -27,19 +27,23 @@ def read_task(path, task_id=''):
         raise UserError(f'{path}: file not found') from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f'{path}: not JSON ({e})') from None
-    if isinstance(data, dict) and 'test' in data:
-        name, task = task_id or path.rsplit('/', 1)[-1].removesuffix('.json'), data
-    elif isinstance(data, dict) and task_id in data:
-        name, task = task_id, data[task_id]
-    elif isinstance(data, dict):
-        raise UserError(f'{path} holds {len(data)} tasks: pick one with --task_id (e.g. {next(iter(data), "")})')
-    else:
+    if not isinstance(data, dict) or not data:
         raise UserError(f'{path}: an ARC task is a JSON object with "train" and "test" pairs')
-    if not task.get('test'):
-        raise UserError(f'{path}: task {name} has no test pair')
+    if 'train' in data or 'test' in data:   # one task
+        name, task = task_id or path.rsplit('/', 1)[-1].removesuffix('.json'), data
+    elif task_id in data:
+        name, task = task_id, data[task_id]
+    else:
+        held = ', '.join(list(data)[:5]) + (f' and {len(data) - 5} more' if len(data) > 5 else '')
+        if task_id:
+            raise UserError(f'--task_id={task_id} is not in {path}; it holds: {held}')
+        raise UserError(f'{path} holds {len(data)} task{"s" * (len(data) != 1)} ({held}): pick one with --task_id')
+    if not isinstance(task, dict) or not task.get('test'):
+        raise UserError(f'{path}: task {name} has no "test" pairs, the inputs to answer: an ARC task is a JSON '
+                        f'object with "train" and "test" pairs')
     try:
         for kind in ('train', 'test'):
-            for i, pair in enumerate(task.get(kind, [])):
+            for i, pair in enumerate(task.get(kind, []), 1):
                 for side in ('input', 'output') if kind == 'train' or 'output' in pair else ('input',):
                     check_grid(pair.get(side), f'task {name} {kind} pair {i} {side}')
     except PuzzleError as e:

@@ -67,7 +67,7 @@ def check_task(task_id, task, where):
         if not isinstance(pairs, list):
             raise PuzzleError(f'{label}: "{part}" is not a list of pairs')
         parts[part] = []
-        for i, pair in enumerate(pairs):
+        for i, pair in enumerate(pairs, 1):
             name = f'{label} {part} pair {i}'
             if not isinstance(pair, dict) or 'input' not in pair:
                 raise PuzzleError(f'{name}: is not an object with an "input" grid')

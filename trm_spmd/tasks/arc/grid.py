@@ -22,20 +22,21 @@ SEPARATOR = '|||'
 
 
 def check_grid(grid, where):
-    """uint8 [rows, cols] of a grid read from JSON; a PuzzleError names `where` and the fault."""
+    """uint8 [rows, cols] of a grid read from JSON; a PuzzleError names `where` and the fault
+    (rows and columns counted from 1, as for Sudoku and mazes)."""
     if not isinstance(grid, list) or not all(isinstance(row, list) for row in grid):
         raise PuzzleError(f'{where}: is not a list of rows of colours 0-9')
     if not grid or not grid[0]:
         raise PuzzleError(f'{where}: is empty; a grid has at least one row and one column')
     for r, row in enumerate(grid):
         if len(row) != len(grid[0]):
-            raise PuzzleError(f'{where}: row {r} has {len(row)} cells, row 0 has {len(grid[0])}')
+            raise PuzzleError(f'{where}: row {r + 1} has {len(row)} cells, row 1 has {len(grid[0])}')
     if len(grid) > GRID or len(grid[0]) > GRID:
         raise PuzzleError(f'{where}: is {len(grid)}x{len(grid[0])}, over the {GRID}x{GRID} limit of ARC grids')
     for r, row in enumerate(grid):
         for c, x in enumerate(row):
             if type(x) is not int or not 0 <= x <= 9:    # (bool is an int subclass, not a colour)
-                raise PuzzleError(f'{where}: row {r} column {c} holds {x!r}, not a colour 0-9')
+                raise PuzzleError(f'{where}: row {r + 1} column {c + 1} holds {x!r}, not a colour 0-9')
     return np.array(grid, np.uint8)
 
 
