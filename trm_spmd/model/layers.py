@@ -130,11 +130,13 @@ class DepthwiseConv(nn.Module):
 
     The reference's nn.Conv1d(C, C, kernel 2, padding 1, groups C) truncated to L positions,
     with its parameter shapes ([C, 1, 2] and [C]) and default init (uniform in +-1/sqrt(2)).
-    Written as one shift and two multiply-adds: elementwise work the compiler fuses with
-    its neighbours, where a grouped convolution is a convolution op of its own (on XLA
-    and TPU a poor fit for a kernel of width 2). Products and sum in float32, rounded once
-    to x's dtype, in the order torch's bfloat16 depthwise convolution accumulates on a CPU:
-    bit for bit the reference's result (tests/test_urm.py). The weights are float32 and cast to x's dtype at
+    Written as one shift and two multiply-adds, elementwise work the compiler fuses with
+    its neighbours. A grouped convolution does not fall back to the CPU on XLA either, but by
+    the TPU compiler (benchmarks/depthwise_conv.py, ConvSwiGLU forward and backward on a v4
+    chip) it costs twice as much at Sudoku's 4 rows a chip (0.105 against 0.055 ms) and 3%
+    less at ARC's 24 rows of 901 positions (2.22 against 2.29 ms). Products and sum in
+    float32, rounded once to x's dtype, in the order torch's bfloat16 depthwise convolution
+    accumulates on a CPU: bit for bit the reference's result (tests/test_urm.py). The weights are float32 and cast to x's dtype at
     use like every other weight here; the reference keeps this module's in bfloat16.
     """
 
