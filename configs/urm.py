@@ -38,10 +38,13 @@ ACT step, but 9 without gradients and 8 layers); every script sets 4, 2, 6. The 
 loop_deltas [0, 8] is not read (pretrain.py's own loop_deltas field is): its evaluation
 runs 16 and 24 ACT steps at the first evaluation only (the list is empty at first, set to
 [0, 8], then replaced by [0]); here every evaluation runs 16 and the end of the run also
-reports 24 (eval.report_act_steps). Their learning-rate schedule counts from step 0 (the
-first update at lr 0); ours, as TRM's, from 1. Their ConvSwiGLU keeps its convolution's
-weights (and hence its optimizer state) in bfloat16; ours are float32, cast at use, which
-changes nothing in a bfloat16 forward pass (benchmarks/README.md: parity). The paper
+reports 24 (eval.report_act_steps). Their model applies RoPE whatever arch.pos_encodings
+says (the yaml says rope); ours follows model.pos_encodings, 'rope' here. Their
+learning-rate schedule counts from step 0 (the first update at lr 0); ours, as TRM's, from
+1. Their ConvSwiGLU keeps its convolution's weights (and hence its optimizer state) in
+bfloat16; ours are float32, cast at use, which changes nothing in a bfloat16 forward pass
+(benchmarks/README.md: parity). Under use_muon their Adam part's weight decay is fixed at
+0.1 and Muon's is its default 0.1, whatever weight_decay says; arc2 sets 0.1 anyway. The paper
 reports pass@1 (53.8% ARC-AGI-1, 16.0% ARC-AGI-2, 77.6% Sudoku); our ARC evaluation reports
 pass@1 and pass@2 by voting over the augmented copies as for TRM.
 
