@@ -373,3 +373,18 @@ def test_the_token_mix_benchmark_compiles_both_versions_for_one_chip():
     for label, line in zip(('forward', 'forward+backward'), lines[1:]):
         assert re.match(rf'{re.escape(label)}: XLA \d+ MB, cost model [\d.]+ ms; kernels compiled by libtpu', line), line
         assert 'roofline' in line and 'a bound' in line
+
+
+@pytest.mark.slow
+def test_the_depthwise_conv_benchmark_compiles_both_forms_for_one_chip():
+    reason = _compiler_or_reason()
+    if reason:
+        pytest.skip(reason)
+    from conftest import run_in_subprocess
+    done = run_in_subprocess([os.path.join(REPO, 'benchmarks', 'depthwise_conv.py'), '--rows_per_chip=2',
+                              '--positions=82'], devices=1, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == 'ConvSwiGLU forward + backward on one v4 chip: x [2 x 82 x 512], inner 1536'
+    for label, line in zip(('grouped convolution', 'shift + multiply-adds'), lines[1:]):
+        assert re.match(rf'  {re.escape(label)} +cost model \d+\.\d+ ms, [\d.]+ GFLOP', line), line
