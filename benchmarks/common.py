@@ -78,6 +78,15 @@ def synthetic_batch(rng, rows, num_puzzle_identifiers=None, blank_fraction=0.6, 
     return {'inputs': inputs, 'labels': labels, 'puzzle_identifiers': ids}
 
 
+class SyntheticTestSplit(list):
+    """Synthetic test batches handed to the Evaluator in place of a test split's loader: the
+    batches, and the examples they hold (the loader's num_examples)."""
+
+    def __init__(self, batches=(), num_examples=0):
+        super().__init__(batches)
+        self.num_examples = num_examples
+
+
 def stats_ms(seconds):
     ms = np.asarray(seconds) * 1e3
     return {'median': float(np.median(ms)), 'p90': float(np.percentile(ms, 90)), 'mean': float(ms.mean()),

@@ -50,7 +50,10 @@ class EvalBench:
             batch['difficulty'] = (batch['inputs'] == common.BLANK_TOKEN).sum(-1).astype(np.int32)
             batches.append(batch)
         # No dataset ratings: rows are bucketed by blank count, as for a generated dataset.
-        self.evaluator = Evaluator(trainer, config, runtime, batches,
+        # Synthetic rows are not worth keeping as samples (and the benchmark has no run to keep them in).
+        test_split = common.SyntheticTestSplit(batches, num_examples=num_batches * self.global_batch)
+        config.eval.samples = 0
+        self.evaluator = Evaluator(trainer, config, runtime, test_split,
                                    DifficultyBuckets('difficulty', 'blanks', range(0, 85, 5)), workdir='')
         self.flops_per_example = eval_flops_per_example_step(trainer.cfg) * self.act_steps
 

@@ -84,7 +84,7 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     train_step = compile_train_steps(trainer, config, runtime, total_steps)[H, L]
     state = initial_state(trainer, runtime, batch)
     train_batch = runtime.put_batch(common.synthetic_batch(rng, batch, config=config))
-    evaluator = Evaluator(trainer, config, runtime, [], DifficultyBuckets('difficulty', 'blanks', range(0, 85, 5)), '')
+    evaluator = Evaluator(trainer, config, runtime, common.SyntheticTestSplit(), DifficultyBuckets('difficulty', 'blanks', range(0, 85, 5)), '')
     host_eval = common.synthetic_batch(rng, eval_batch, config=config)
     eval_inputs = runtime.put_batch({**host_eval, 'bucket': np.zeros(eval_batch, np.int32)})
     eval_carry = evaluator._initial_carry()

@@ -2,9 +2,9 @@
 paper) and a CPU-sized run on a few tasks.
 
   # the paper's data: the ARC Prize files with ConceptARC (the official repository's kaggle/combined)
-  python -m trm_spmd.data.build_arc --input_prefix=kaggle/combined/arc-agi \\
+  python -m trm_spmd.build arc --input_prefix=kaggle/combined/arc-agi \\
       --subsets=training,evaluation,concept --test_set=evaluation --output_dir=data/arc1concept-aug-1000
-  python -m trm_spmd.data.build_arc --input_prefix=kaggle/combined/arc-agi \\
+  python -m trm_spmd.build arc --input_prefix=kaggle/combined/arc-agi \\
       --subsets=training2,evaluation2,concept --test_set=evaluation2 --output_dir=data/arc2concept-aug-1000
   python -m trm_spmd.main --config=configs/arc.py:arc1 --workdir=DIR
   python -m trm_spmd.main --config=configs/arc.py:arc2 --workdir=DIR

@@ -1,7 +1,7 @@
 """Maze-Hard: the paper's run (TRM attention variant, 85.3% exact accuracy) and a CPU-sized
 run that learns small mazes.
 
-  python -m trm_spmd.data.build_maze --input=train.csv --test_input=test.csv --num_aug=7 \\
+  python -m trm_spmd.build maze --input=train.csv --test_input=test.csv --num_aug=7 \\
       --output_dir=data/maze-30x30-hard-1k-aug-8
   python -m trm_spmd.main --config=configs/maze.py --workdir=DIR
   python -m trm_spmd.main --config=configs/maze.py:cpu --workdir=runs/maze_cpu

@@ -16,7 +16,7 @@ is due to the size alone.
 - more_data: 5,000 training puzzles instead of 1,000 (same 1,000 augmentations each, same
   test set). Build it once from the Sudoku-Extreme CSVs (as the 1k set, with --subsample):
 
-    python -m trm_spmd.data.build_sudoku --input=train.csv --test_input=test.csv \\
+    python -m trm_spmd.build sudoku --input=train.csv --test_input=test.csv \\
         --subsample=5000 --num_aug=1000 --output_dir=data/sudoku-extreme-5k-aug-1000
 
   The number of training steps (and so of examples seen, at the same batch of 768) stays

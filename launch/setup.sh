@@ -6,7 +6,7 @@
 # Options: --tpu (TPU VMs: torch_xla's libtpu, and the gs:// extra), --gcs (the gs:// extra: gcsfs,
 #          google-cloud-storage and a Cloud Storage server for rehearsals), --wandb (the Weights & Biases
 #          extra); extras go beside the environment and the python printed sees both (launch/extras.sh).
-# Environment: TRM_SPMD_PYTHON (interpreter to build from, default python3),
+# Environment: TRM_SPMD_PYTHON (interpreter to build from, default the first Python 3.11/3.12 found),
 #              TRM_SPMD_ENV_ROOT (where environments live, default ~/.cache/trm_spmd).
 set -euo pipefail
 
@@ -24,16 +24,36 @@ for arg in "$@"; do
 done
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-base_python="${TRM_SPMD_PYTHON:-python3}"
-if ! command -v "$base_python" >/dev/null; then
-  echo "setup.sh: $base_python not found; install Python 3.10-3.12 or set TRM_SPMD_PYTHON" >&2
+say() { echo "[setup] $*" >&2; }
+
+# requirements.lock needs Python 3.11 or 3.12: numpy 2.4 and jax 0.10 start at 3.11, torch_xla
+# 2.9 has wheels up to 3.12. The first of python3, python3.12, python3.11 that is one of them.
+supported() { "$1" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null; }
+base_python="${TRM_SPMD_PYTHON:-}"
+if [ -z "$base_python" ]; then
+  for candidate in python3 python3.12 python3.11; do
+    if command -v "$candidate" >/dev/null && supported "$candidate"; then base_python="$candidate"; break; fi
+  done
+fi
+if [ -z "$base_python" ] && [ "$tpu" = 1 ] && command -v apt-get >/dev/null && sudo -n true 2>/dev/null; then
+  # A TPU VM (tpu-ubuntu2204-base) has Python 3.10; Ubuntu 22.04's universe archive has 3.11.
+  # The lock timeout waits out the unattended upgrades a freshly booted VM runs.
+  say "installing python3.11 and python3.11-venv with apt (this VM's python3 is $(python3 -V 2>&1))"
+  sudo -n apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+  sudo -n DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    python3.11 python3.11-venv >&2
+  base_python=python3.11
+fi
+if [ -z "$base_python" ]; then
+  echo "setup.sh: no Python 3.11 or 3.12 found (python3 is $(python3 -V 2>&1 || echo missing)); install one" \
+       "(Ubuntu 22.04: sudo apt-get install python3.11 python3.11-venv) or set TRM_SPMD_PYTHON" >&2
+  exit 1
+fi
+if ! command -v "$base_python" >/dev/null || ! supported "$base_python"; then
+  echo "setup.sh: TRM_SPMD_PYTHON=$base_python is not Python 3.11 or 3.12 (requirements.lock needs one of them)" >&2
   exit 1
 fi
 pyver="$("$base_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-case "$pyver" in
-  3.10|3.11|3.12) ;;
-  *) echo "setup.sh: Python $pyver is not supported (torch_xla 2.9 needs 3.10-3.12); set TRM_SPMD_PYTHON" >&2; exit 1 ;;
-esac
 
 # A TPU VM's environment also holds torch_xla's Pallas extra (its jax), hence its own key.
 flavour="tpu=$tpu"
@@ -43,8 +63,6 @@ root="${TRM_SPMD_ENV_ROOT:-$HOME/.cache/trm_spmd}"
 venv="$root/venv-$key"
 py="$venv/bin/python"
 mkdir -p "$root"
-
-say() { echo "[setup] $*" >&2; }
 
 # One set-up at a time per environment: a second caller waits, then reuses the result.
 exec 9>"$venv.lock"

@@ -256,7 +256,7 @@ def test_same_seed_same_bytes_another_seed_other_offsets(small, tmp_path):
 # ---- refusals ------------------------------------------------------------------------------
 
 def _run_cli(*args):
-    cmd = [sys.executable, '-m', 'trm_spmd.data.build_arc', *args]
+    cmd = [sys.executable, '-m', 'trm_spmd.build', 'arc', *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -30,6 +30,7 @@ def arc_run(tmp_path_factory):
     return workdir, final
 
 
+@pytest.mark.slow
 def test_runlocal_trains_and_scores_by_votes(arc_run):
     workdir, final = arc_run
     assert final['eval/count'] > 0
@@ -61,12 +62,14 @@ def test_the_puzzle_embedding_is_split_by_rows_and_stays_so(monkeypatch):
     assert small.row_sharded(runtime) == []
 
 
+@pytest.mark.slow
 def test_a_resumed_run_ends_exactly_like_the_straight_one(arc_run, tmp_path):
     workdir, _ = arc_run
     _, state = assert_resume_is_exact(workdir, tmp_path / 'resumed', 4, lambda d: train_and_evaluate(arc_local(), d))
     assert np.abs(state['model/puzzle_emb']).sum() > 0   # SignSGD moved the rows the batches touched
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('ids', ['blank', 'random'])
 def test_evaluating_with_other_puzzle_identifiers(arc_run, tmp_path, ids):
     workdir, final = arc_run
@@ -81,6 +84,7 @@ def _solve(workdir, *args):
                           env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_solve_gives_two_voted_attempts_per_test_input(arc_run, tmp_path):
     workdir, _ = arc_run
     with open(os.path.join(dataset_dir(arc_local()), 'test_puzzles.json')) as f:

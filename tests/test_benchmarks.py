@@ -84,6 +84,7 @@ def test_peak_table(description, peak):
     assert peaks.peak_tflops(description) == peak
 
 
+@pytest.mark.slow
 def test_benchmarks_take_the_trainers_config_overrides(tmp_path):
     args = ['benchmarks/projection.py', '--config=configs/baseline.py', '--config.model.hidden_size=256',
             '--config.model.mlp_t=false', "--config.mesh.shape=(8, 1)", '--config.optim.lr=3e-4', f'--out={tmp_path}']
@@ -109,6 +110,7 @@ def _results_listing():
     return sorted(os.listdir(os.path.join(REPO, 'benchmarks', 'results')))
 
 
+@pytest.mark.slow
 def test_smoke_suite_runs_end_to_end(tmp_path):
     before = _results_listing()
     result = run_in_subprocess(['benchmarks/run_suite.py', '--smoke', f'--out={tmp_path}'], 8, timeout=600)

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, SECRETS
 
 
@@ -21,6 +23,7 @@ def _assert_no_secret(files, output):
         assert secret not in output, f'{name} printed'
 
 
+@pytest.mark.slow
 def test_no_secret_of_the_environment_is_written_to_the_workdir(tmp_path):
     workdir = tmp_path / 'run'
     env = dict(os.environ, **SECRETS, TRM_SPMD_DATA=str(tmp_path / 'data'), PJRT_DEVICE='CPU', CPU_NUM_DEVICES='8')
@@ -33,6 +36,7 @@ def test_no_secret_of_the_environment_is_written_to_the_workdir(tmp_path):
     _assert_no_secret(files, result.stdout + result.stderr)
 
 
+@pytest.mark.slow
 def test_no_secret_reaches_the_wandb_run(wandb_runs):
     # WANDB_API_KEY is the credential wandb itself reads: its run files (the .wandb log, its
     # debug logs, the captured console) are in the workdir and must not hold it either.

@@ -228,10 +228,22 @@ def test_existing_output_dir_is_refused(built, hardest):
         _build(built, hardest)
 
 
-def _cli(*args):
+def _cli(*args, task=('sudoku',)):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, '-m', 'trm_spmd.data.build_sudoku', *args],
+    return subprocess.run([sys.executable, '-m', 'trm_spmd.build', *task, *args],
                           capture_output=True, text=True, env=env, cwd=REPO)
+
+
+def test_the_build_command_names_the_tasks_when_it_is_given_none_or_another():
+    for task, given in (((), 'no task given'), (('sudok',), "'sudok' is not a task")):
+        result = _cli('--output_dir=x', task=task)
+        assert result.returncode == 2 and result.stdout == ''
+        assert result.stderr.splitlines() == [f'error: {given}; usage: python -m trm_spmd.build TASK [flags], TASK '
+                                              f'one of sudoku, maze, arc (then --help lists its flags)']
+    result = _cli('--help', task=())
+    assert result.returncode == 0 and 'python -m trm_spmd.build TASK --help' in result.stdout
+    result = _cli('--help', task=('maze',))
+    assert 'Builds a Maze-Hard dataset' in result.stdout and '--min_path' in result.stdout
 
 
 def test_cli_reports_one_line_without_traceback(tmp_path, shared_data):
@@ -267,7 +279,7 @@ def test_hub_inputs_build_as_the_local_files_do(tmp_path, stand_in_hub):
     (tmp_path / 'test.csv').write_text('\n'.join(rows[:1] + rows[9:]) + '\n')
     hub = 'hf://sapientinc/sudoku-extreme'
     env = stand_in_hub({f'{hub}/{name}': (tmp_path / name).read_bytes() for name in ('train.csv', 'test.csv')})
-    result = subprocess.run([sys.executable, '-m', 'trm_spmd.data.build_sudoku', f'--input={hub}/train.csv',
+    result = subprocess.run([sys.executable, '-m', 'trm_spmd.build', 'sudoku', f'--input={hub}/train.csv',
                              f'--test_input={hub}/test.csv', '--num_aug=2', f'--output_dir={tmp_path / "hub"}'],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -283,8 +295,8 @@ def test_a_hub_that_does_not_answer_is_one_retry_line_then_the_error(tmp_path):
         port = s.getsockname()[1]
     hub = 'hf://sapientinc/sudoku-extreme'
     # huggingface_hub's five retries wait 23 s in all; the waits are skipped here, not the retries.
-    build = ('import runpy, sys, time; time.sleep = lambda seconds: None; sys.argv[0] = "build_sudoku"; '
-             'runpy.run_module("trm_spmd.data.build_sudoku", run_name="__main__")')
+    build = ('import runpy, sys, time; time.sleep = lambda seconds: None; sys.argv[:1] = ["build", "sudoku"]; '
+             'runpy.run_module("trm_spmd.build", run_name="__main__")')
     env = dict(os.environ, HF_ENDPOINT=f'http://127.0.0.1:{port}', HF_HOME=str(tmp_path / 'hf'),
                HF_HUB_DISABLE_TELEMETRY='1')
     result = subprocess.run([sys.executable, '-c', build, f'--input={hub}/train.csv',

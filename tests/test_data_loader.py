@@ -270,7 +270,7 @@ def test_eval_max_examples(generated):
 
 def test_load_split_errors_name_path_and_fix(generated, tmp_path):
     with pytest.raises(DatasetError, match=r'dataset not found at .*missing: build it with python -m '
-                                           r'trm_spmd\.data\.build_sudoku'):
+                                           r'trm_spmd\.build sudoku'):
         load_split(tmp_path / 'missing', 'train', build_hint=SUDOKU.build_hint())
     broken = tmp_path / 'broken'
     broken.mkdir()

@@ -111,13 +111,3 @@ def test_solution_grid_check_is_vectorized_and_exact():
     assert sudoku.unit_conflict(good) is None
     assert 'twice' in sudoku.unit_conflict(bad)
 
-
-def test_the_old_import_paths_of_the_sudoku_modules_still_work():
-    import trm_spmd.data.generate
-    from trm_spmd.data import augment, solver
-    from trm_spmd.data.build_sudoku import build_from_files, build_generated
-    from trm_spmd.data.sudoku import parse_grid
-    from trm_spmd.tasks.sudoku import augment as new_augment, build, generate, grid, solver as new_solver
-    assert parse_grid is grid.parse_grid and trm_spmd.data.generate is generate
-    assert augment is new_augment and solver is new_solver
-    assert build_generated is build.build_generated and build_from_files is build.build_from_files

@@ -56,6 +56,7 @@ def finished_run(tmp_path_factory):
 
 
 # ---- storage full at the final save ----------------------------------------------------------
+@pytest.mark.slow
 def test_a_disk_full_at_the_final_save_fails_in_one_line_and_the_rerun_completes_the_run(tmpfs):
     disk = tmpfs('5m')   # the step-2 checkpoint (~3.3 MB) fits, the final one does not
     workdir = disk / 'run'
@@ -125,6 +126,7 @@ def test_a_save_that_fails_while_the_checkpointer_closes_is_raised_in_one_line(t
 
 
 # ---- damaged checkpoints ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_set_aside_in_one_line_without_tracebacks(finished_run, tmp_path):
     workdir = tmp_path / 'run'
     shutil.copytree(finished_run, workdir)
@@ -219,14 +221,15 @@ def test_an_unreadable_data_file_is_one_line_naming_it_and_the_rebuild(tmp_path,
     build_generated(dataset, num_train=8, num_test=4, blanks=(30, 34), seed=0, num_aug=0, progress=False)
     damage(dataset / 'train' / 'all__inputs.npy')
     with pytest.raises(DatasetError) as caught:
-        load_split(dataset, 'train', build_hint='python -m trm_spmd.data.build_sudoku --output_dir=DIR')
+        load_split(dataset, 'train', build_hint='python -m trm_spmd.build sudoku --output_dir=DIR')
     message = str(caught.value)
     assert '\n' not in message
     assert message.startswith(f'{dataset}/train/all__inputs.npy: unreadable (')
-    assert message.endswith('rebuild it with python -m trm_spmd.data.build_sudoku --output_dir=DIR')
+    assert message.endswith('rebuild it with python -m trm_spmd.build sudoku --output_dir=DIR')
 
 
 # ---- puzzles without an answer ----------------------------------------------------------------
+@pytest.mark.slow
 def test_puzzles_without_an_answer_are_refused_each_with_its_reason(finished_run, tmp_path):
     clash = '55' + '.' * 79
     unsolvable = '12345678.' + '........9' + '.' * 63   # row 1 needs a 9 where column 9 already has one

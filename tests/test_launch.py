@@ -29,6 +29,7 @@ GCLOUD_PREFIX = ['compute', 'tpus', 'tpu-vm']
 _spec = importlib.util.spec_from_file_location('trm_launch_tpu', TPU_PY)
 tpu = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tpu)
+from tpu_vm import overrides, remote  # noqa: E402 - the package launch/tpu.py runs, importable once it is loaded
 
 FAKE_GCLOUD = '''#!{python}
 import json, os, sys
@@ -241,7 +242,7 @@ def test_run_passes_overrides_on_in_order_after_the_config(env):
 
 def test_overrides_pass_through_unchecked_without_the_project_packages(env, monkeypatch):
     monkeypatch.setitem(sys.modules, 'trm_spmd.config', None)    # a workstation without ml_collections
-    assert tpu.schema_keys() is None
+    assert overrides.schema_keys() is None
     assert tpu.main(['run', '--config=configs/fam.py:t3_n6', '--workdir=gs://b/r', '--config.future.key=1']) == 0
     assert '--config=configs/fam.py:t3_n6 --config.future.key=1 ' in command_of(env.calls()[-1])
 
@@ -255,7 +256,7 @@ def test_overrides_only_on_run_and_sweep(env, capfd):
 
 
 def test_background_run_command_executes_on_a_worker(env, monkeypatch):
-    monkeypatch.setattr(tpu, 'START_CHECK_S', 0.5)   # the fake trainer ends at once
+    monkeypatch.setattr(remote, 'START_CHECK_S', 0.5)   # the fake trainer ends at once
     env.fake_worker()
     workdir = env.root / 'runs' / 'a b'        # a space: the workdir must stay one argument
     assert tpu.main(['run', '--config=configs/fam.py:t3_n6', f'--workdir={workdir}',
@@ -329,7 +330,7 @@ def test_sweep_goes_on_after_a_failed_run_and_reports_it(env, capfd):
 
 
 def test_sweep_stops_when_a_run_was_stopped(env, capfd):
-    env.exit_on({'fam.py:t2_fail': tpu.STOPPED_EXIT})
+    env.exit_on({'fam.py:t2_fail': remote.STOPPED_EXIT})
     assert tpu.main(['sweep', '--sweep=configs/fam.py', '--study_root=gs://bkt/s']) == 1
     assert len(env.calls()) == 1 + 2                      # the third run was not started
     err = error_lines(capfd.readouterr().err)
@@ -341,7 +342,7 @@ def test_stopped_run_exits_with_the_stop_code(env):
     assert tpu.main(['run', '--config=configs/fam.py:t4_stop', '--workdir=runs/s', '--foreground',
                      '--force']) == 0
     result = env.run_remote(env.calls()[0])
-    assert result.returncode == tpu.STOPPED_EXIT
+    assert result.returncode == remote.STOPPED_EXIT
     assert 'fam-t4_stop stopped before the end' in result.stdout
 
 
@@ -503,13 +504,37 @@ def test_setup_from_git(env, capfd):
     assert env.calls() == []
 
 
+@pytest.mark.parametrize('named', [False, True])
+def test_setup_sh_refuses_a_python_older_than_the_lock_needs(tmp_path, named):
+    """A TPU VM's python3 is 3.10, which cannot install requirements.lock: setup.sh says so in one
+    line (with the fix) rather than failing half-way through pip, whether the interpreter was found
+    on PATH or named by TRM_SPMD_PYTHON."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    old = bin_dir / 'python3'
+    old.write_text('#!/bin/sh\n[ "$1" = -V ] && { echo "Python 3.10.12"; exit 0; }\nexit 1\n')   # fails the version check
+    old.chmod(0o755)
+    for tool in ('dirname',):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    env = {'PATH': str(bin_dir), 'HOME': str(tmp_path)}
+    if named:
+        env['TRM_SPMD_PYTHON'] = 'python3'
+    done = subprocess.run(['/bin/bash', os.path.join(REPO, 'launch', 'setup.sh')], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ''
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and '3.11 or 3.12' in lines[0], done.stderr
+    assert ('TRM_SPMD_PYTHON=python3' in lines[0]) if named else ('Python 3.10.12' in lines[0] and 'apt-get' in lines[0])
+    assert not (tmp_path / '.cache').exists()   # nothing created
+
+
 def test_data_build_checks_that_workers_agree(env, capfd):
     same = ''.join(f'dataset {"a" * 64} t1v-w-{i}\n' for i in range(8))
     env.reply({'sha256sum': same})
     assert tpu.main(['data', '--build_args=--generate=50 --seed=1', '--dest=data/gen']) == 0
     build, fingerprint = env.calls()
     assert is_ssh_all(build) and is_ssh_all(fingerprint)
-    assert '-m trm_spmd.data.build_sudoku --generate=50 --seed=1 --output_dir=data/gen' in command_of(build)
+    assert '-m trm_spmd.build sudoku --generate=50 --seed=1 --output_dir=data/gen' in command_of(build)
     assert '8 workers hold the same dataset in ~/trm_spmd/data/gen' in capfd.readouterr().err
     assert 'if [ -e data/gen ]; then' in command_of(build)          # an existing dataset is kept
     env.reset()
@@ -517,7 +542,7 @@ def test_data_build_checks_that_workers_agree(env, capfd):
     assert 'cd ~/trm_spmd && rm -rf data/gen && PY=' in command_of(env.calls()[0])
     env.reset()
     assert tpu.main(['data', '--task=maze', '--build_args=--generate --size=30', '--dest=data/maze']) == 0
-    assert '-m trm_spmd.data.build_maze --generate --size=30 --output_dir=data/maze' in command_of(env.calls()[0])
+    assert '-m trm_spmd.build maze --generate --size=30 --output_dir=data/maze' in command_of(env.calls()[0])
     capfd.readouterr()
 
     env.reply({'sha256sum': same + f'dataset {"b" * 64} t1v-w-8\n'})

@@ -107,9 +107,12 @@ def wait_for(predicate, timeout, what):
     raise AssertionError(f'timed out waiting for {what}')
 
 
+@pytest.mark.slow
 def test_sigkill_then_restart_ends_exactly_like_an_uninterrupted_run(tmp_path):
-    data = tmp_path / 'data'
-    finish(start(tmp_path / 'whole', data))
+    data = os.environ['TRM_SPMD_DATA']     # the session's generated dataset, as this process uses it
+    # The uninterrupted run in this process (its 8 devices), the killed one in its own.
+    train_and_evaluate(runlocal(**{'train.total_steps': 12, 'checkpoint.every_steps': 3, 'train.eval_every_steps': 6,
+                                   'train.log_every_steps': 1}), str(tmp_path / 'whole'))
 
     killed = start(tmp_path / 'killed', data)
     first = tmp_path / 'killed' / 'checkpoints' / '3'
@@ -142,6 +145,7 @@ def test_sigkill_then_restart_ends_exactly_like_an_uninterrupted_run(tmp_path):
         np.testing.assert_array_equal(flat_a[key], flat_b[key], err_msg=key)
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_the_current_step_and_the_restart_continues(tmp_path):
     data = tmp_path / 'data'
     workdir = tmp_path / 'run'
@@ -218,6 +222,7 @@ def _agreement_worker(rank, world, port, variant_of_rank, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_hosts_with_different_configs_refuse_to_start_and_name_the_odd_host():
     ctx = mp.get_context('spawn')
     results = ctx.Queue()
@@ -240,6 +245,7 @@ def test_agreeing_hosts_start():
     assert 'trm_spmd source: host 1' in hosts.compare([same, {'config': 'a', 'code': 'c'}])
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     workdir = tmp_path / 'run'
     # lr 1e30 blows the weights up at the first updates; the checkpoint of step 1 is good.
@@ -255,6 +261,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
             assert np.isfinite(value).all(), (step, key)
 
 
+@pytest.mark.slow
 def test_nan_policy_skip_leaves_the_weights_finite(tmp_path):
     workdir = tmp_path / 'run'
     config = runlocal(**{'optim.lr': 1e30, 'optim.warmup_steps': 0, 'train.total_steps': 6,
@@ -272,11 +279,12 @@ def test_missing_dataset_names_the_build_command_and_writes_nothing(tmp_path):
     workdir = tmp_path / 'run'
     config = runlocal(**{'data.generate': False, 'data.path': str(tmp_path / 'nowhere')})
     with pytest.raises(DatasetError, match=r'dataset not found at .*nowhere: build it with python -m '
-                                           r'trm_spmd.data.build_sudoku'):
+                                           r'trm_spmd.build sudoku'):
         train_and_evaluate(config, str(workdir))
     assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_eval_mode_and_init_from_reproduce_a_runs_final_evaluation(tmp_path):
     source = tmp_path / 'source'
     final = train_and_evaluate(runlocal(**{'train.total_steps': 3}), str(source))

@@ -16,6 +16,7 @@ from trm_spmd.config import load_config
 from trm_spmd.data import load_split
 from trm_spmd.data.errors import DataError
 from trm_spmd.tasks.maze import TASK as MAZE, build, grid
+from trm_spmd.tasks.maze import generate as maze_generate
 from trm_spmd.train.data import generated_dataset_dir as _generated_dir
 from trm_spmd.train.loop import train_and_evaluate
 
@@ -33,7 +34,7 @@ def _maze_rows(count, size, seed):
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(count):
-        question, answer, _ = grid.generate(rng, size, grid.default_min_path(size))
+        question, answer, _ = maze_generate.generate(rng, size, maze_generate.default_min_path(size))
         rows.append([f'gen{i}', grid.decode(question), grid.decode(answer), int(grid.path_lengths(answer[None])[0])])
     return rows
 
@@ -140,11 +141,12 @@ def test_generated_set_is_deterministic_and_valid_by_an_independent_search(tmp_p
     for split in (train, test):
         for question, answer in zip(split.inputs, split.labels):
             assert grid.check_example(question, answer) is None
-        assert (split.difficulty > grid.default_min_path(8)).all()
+        assert (split.difficulty > maze_generate.default_min_path(8)).all()
     trained = {bytes(q) for q in np.asarray(train.inputs)}
     assert not any(bytes(q) in trained for q in np.asarray(test.inputs))
 
 
+@pytest.mark.slow
 def test_maze_runlocal_trains_evaluates_and_solves(tmp_path):
     config = load_config(os.path.join(REPO, 'configs/maze.py:runlocal'))
     config.update_from_flattened_dict({'train.total_steps': 6, 'train.eval_every_steps': 3})
@@ -171,7 +173,7 @@ def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path, stand_in_hub
     _write_csv(tmp_path / 'test.csv', _maze_rows(2, 6, seed=7))
     hub = 'hf://sapientinc/maze-30x30-hard-1k'
     env = stand_in_hub({f'{hub}/{name}': (tmp_path / name).read_bytes() for name in ('train.csv', 'test.csv')})
-    cmd = [sys.executable, '-m', 'trm_spmd.data.build_maze', f'--input={hub}/train.csv',
+    cmd = [sys.executable, '-m', 'trm_spmd.build', 'maze', f'--input={hub}/train.csv',
            f'--test_input={hub}/test.csv', f'--output_dir={tmp_path / "out"}']
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -180,7 +182,7 @@ def test_hub_source_downloads_through_a_stand_in_endpoint(tmp_path, stand_in_hub
         for name in os.listdir(tmp_path / 'local' / split):
             downloaded, local = (tmp_path / d / split / name for d in ('out', 'local'))
             assert downloaded.read_bytes() == local.read_bytes(), name
-    cmd[3] = f'--input={hub}/missing.csv'
+    cmd[4] = f'--input={hub}/missing.csv'
     cmd[-1] = f'--output_dir={tmp_path / "none"}'
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and not (tmp_path / 'none').exists()

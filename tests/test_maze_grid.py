@@ -1,9 +1,9 @@
-"""Maze-Hard grids: tokens, the example and prediction checks, symmetries, the generator."""
+"""Maze-Hard grids: tokens, the example and prediction checks, symmetries; and the generator."""
 
 import numpy as np
 import pytest
 
-from trm_spmd.tasks.maze import grid as M
+from trm_spmd.tasks.maze import generate as G, grid as M
 
 # 5x5, S at row 1 column 1, G at row 5 column 5; the only route runs down column 1 and then
 # along row 5 (8 moves); column 5 above G is a dead end.
@@ -215,15 +215,15 @@ def _label_walk(question):
 
 
 def test_generate_is_deterministic_and_honours_min_path():
-    first = [M.generate(np.random.default_rng(7), 10, 12) for _ in range(2)]
+    first = [G.generate(np.random.default_rng(7), 10, 12) for _ in range(2)]
     (q1, a1, n1), (q2, a2, n2) = first
     assert q1.dtype == np.uint8 and q1.shape == (100,) and a1.shape == (100,)
     assert q1.tobytes() == q2.tobytes() and a1.tobytes() == a2.tobytes() and n1 == n2 >= 1
-    other = M.generate(np.random.default_rng(8), 10, 12)
+    other = G.generate(np.random.default_rng(8), 10, 12)
     assert other[0].tobytes() != q1.tobytes()
 
     rng = np.random.default_rng(0)
-    examples = [M.generate(rng, 10, 12) for _ in range(40)]
+    examples = [G.generate(rng, 10, 12) for _ in range(40)]
     answers = np.stack([a for _, a, _ in examples])
     assert (M.path_lengths(answers) > 12).all()
     for question, answer, attempts in examples:
@@ -235,34 +235,34 @@ def test_generate_is_deterministic_and_honours_min_path():
 def test_generate_at_maze_hard_size():
     rng = np.random.default_rng(1)
     for _ in range(2):
-        question, answer, _ = M.generate(rng, 30, 80, max_attempts=10**7)
+        question, answer, _ = G.generate(rng, 30, 80, max_attempts=10**7)
         assert question.shape == (900,) and M.path_lengths(answer) > 80
         assert M.check_example(question, answer) is None
         np.testing.assert_array_equal(answer, _label_walk(question))
     for size in (33, 66):      # grid rows wider than one 32-bit / 64-bit word
-        question, answer, _ = M.generate(rng, size, 40)
+        question, answer, _ = G.generate(rng, size, 40)
         assert M.check_example(question, answer) is None
         np.testing.assert_array_equal(answer, _label_walk(question))
 
 
 def test_generate_wall_fraction():
     rng = np.random.default_rng(2)
-    questions = np.stack([M.generate(rng, 10, 12)[0] for _ in range(200)])
+    questions = np.stack([G.generate(rng, 10, 12)[0] for _ in range(200)])
     walls = (questions == M.WALL).mean(axis=1)
     assert 0.3 <= walls.mean() <= 0.5
     spread = 5 * np.sqrt(0.25 / 100)      # five binomial standard deviations of one maze
     assert (walls >= 0.3 - spread).all() and (walls <= 0.5 + spread).all()
     # With min_path 0 almost nothing is rejected, so the drawn probability shows unbiased.
-    questions = np.stack([M.generate(rng, 30, 0, (0.25, 0.25))[0] for _ in range(200)])
+    questions = np.stack([G.generate(rng, 30, 0, (0.25, 0.25))[0] for _ in range(200)])
     assert abs((questions == M.WALL).mean() - 0.25) < 0.005
-    assert not (M.generate(rng, 8, 5, (0.0, 0.0))[0] == M.WALL).any()
+    assert not (G.generate(rng, 8, 5, (0.0, 0.0))[0] == M.WALL).any()
 
 
 def test_generate_places_start_and_goal_on_a_uniform_distinct_pair():
     rng = np.random.default_rng(3)
     counts = {}
     for _ in range(600):
-        question, answer, attempts = M.generate(rng, 2, 0, (0.0, 0.0))
+        question, answer, attempts = G.generate(rng, 2, 0, (0.0, 0.0))
         assert attempts == 1 and M.check_example(question, answer) is None
         pair = (int(np.argmax(question == M.START)), int(np.argmax(question == M.GOAL)))
         counts[pair] = counts.get(pair, 0) + 1
@@ -272,10 +272,10 @@ def test_generate_places_start_and_goal_on_a_uniform_distinct_pair():
 
 def test_generate_gives_up_with_a_clear_message():
     with pytest.raises(ValueError, match='in 300 attempts'):
-        M.generate(np.random.default_rng(0), 5, 20, max_attempts=300)
+        G.generate(np.random.default_rng(0), 5, 20, max_attempts=300)
     with pytest.raises(ValueError, match='no 4x4 maze has a path of more than 15 moves'):
-        M.generate(np.random.default_rng(0), 4, 15)
-    assert (M.default_min_path(30), M.default_min_path(10)) == (110, 12)
+        G.generate(np.random.default_rng(0), 4, 15)
+    assert (G.default_min_path(30), G.default_min_path(10)) == (110, 12)
 
 
 def test_render():

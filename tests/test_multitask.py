@@ -136,6 +136,7 @@ def mixture_run(tmp_path_factory):
     return workdir, final
 
 
+@pytest.mark.slow
 def test_runlocal_reports_each_task_and_their_mean(mixture_run):
     _, final = mixture_run
     for task in ('sudoku', 'maze'):
@@ -148,6 +149,7 @@ def test_runlocal_reports_each_task_and_their_mean(mixture_run):
         (final['eval/sudoku/exact_accuracy'] + final['eval/maze/exact_accuracy']) / 2)
 
 
+@pytest.mark.slow
 def test_each_task_saves_its_own_evaluation_sample_in_its_own_tokens(mixture_run):
     from trm_spmd.analysis import failures
     workdir, final = mixture_run
@@ -160,6 +162,7 @@ def test_each_task_saves_its_own_evaluation_sample_in_its_own_tokens(mixture_run
         assert len(sample.failures) == round((1 - final[f'eval/{sample.task}/exact_accuracy']) * 16)
 
 
+@pytest.mark.slow
 def test_a_resumed_mixture_ends_exactly_like_the_straight_one(mixture_run, tmp_path):
     workdir, _ = mixture_run
     meta, _ = assert_resume_is_exact(workdir, tmp_path / 'resumed', 4,
@@ -167,6 +170,7 @@ def test_a_resumed_mixture_ends_exactly_like_the_straight_one(mixture_run, tmp_p
     assert sorted(meta['loader']) == ['maze', 'sudoku']   # a position per task
 
 
+@pytest.mark.slow
 def test_arc_in_a_mixture_keeps_its_scorer(tmp_path):
     config = multi_task_local(**{'data.mixture': ('sudoku', 'arc'), 'data.arc_max_tasks': 2,
                                  'data.generate_num_aug': 1, 'eval.max_examples': 0,
@@ -176,6 +180,7 @@ def test_arc_in_a_mixture_keeps_its_scorer(tmp_path):
     assert (tmp_path / 'run' / 'eval' / 'submission_arc_2.json').exists()
 
 
+@pytest.mark.slow
 def test_solve_answers_each_task_of_a_multi_task_run(mixture_run):
     from trm_spmd.tasks.maze import grid as maze_grid
     from test_arc_train import _solve

@@ -20,6 +20,7 @@ def native(**overrides):
     return runlocal(**{'backend': 'native', **overrides})
 
 
+@pytest.mark.slow
 def test_torch_compiled_run_trains_evaluates_and_logs(tmp_path):
     workdir = tmp_path / 'run'
     final = train_and_evaluate(native(**{'native.compile': 'default', 'train.total_steps': 3,
@@ -32,6 +33,7 @@ def test_torch_compiled_run_trains_evaluates_and_logs(tmp_path):
     assert run['status'] == 'done' and run['backend']['backend'] == 'native'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('compile_mode', ['none', 'default'])
 def test_resume_continues_exactly(tmp_path, compile_mode):
     # Compiled, this needs deterministic algorithms: inductor otherwise sums the embedding
@@ -48,6 +50,7 @@ def test_resume_continues_exactly(tmp_path, compile_mode):
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+@pytest.mark.slow
 def test_a_run_started_on_xla_resumes_on_native(tmp_path):
     workdir = tmp_path / 'run'
     common = {'train.log_every_steps': 1, 'checkpoint.every_steps': 3}
@@ -66,6 +69,7 @@ def _xla_run(workdir, common):
     return workdir
 
 
+@pytest.mark.slow
 def test_two_processes_under_torchrun_match_one(tmp_path):
     flags = ['--config=configs/baseline.py:runlocal', '--config.backend=native',
              '--config.train.total_steps=3', '--config.train.log_every_steps=1']

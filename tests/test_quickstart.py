@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from trm_spmd.config import load_config
 from trm_spmd.solve import build_model, load_run, report, solve, task_of
@@ -24,6 +25,7 @@ def reduced_quickstart():
     return config
 
 
+@pytest.mark.slow
 def test_reduced_quickstart_learns_above_chance(tmp_path):
     workdir = tmp_path / 'quickstart'
     final = train_and_evaluate(reduced_quickstart(), str(workdir))
@@ -71,6 +73,7 @@ def test_verdict_names_what_is_wrong():
     assert verdict(puzzle, np.zeros(81, np.uint8)) == 'not a complete grid'
 
 
+@pytest.mark.slow
 def test_solve_cli_errors_are_one_line(tmp_path):
     cmd = [sys.executable, '-m', 'trm_spmd.solve', f'--checkpoint={tmp_path}', '--puzzle=' + '.' * 81]
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -147,6 +147,7 @@ def test_a_full_disk_under_tensorboard_stops_in_one_line_instead_of_hanging(tmp_
     assert outcome and outcome[0].startswith(f'cannot write {disk}: No space left on device')
 
 
+@pytest.mark.slow
 def test_a_run_whose_disk_fills_stops_in_one_line_and_resumes_once_space_is_freed(tmpfs, capfd):
     disk = tmpfs('6m')   # one checkpoint of this run (~3.3 MB) fits, a second one does not
     workdir = str(disk / 'run')
@@ -182,6 +183,7 @@ def _final_state(workdir):
     return found
 
 
+@pytest.mark.slow
 def test_a_run_whose_newest_checkpoint_is_damaged_resumes_from_the_previous_one_exactly(tmp_path, capfd):
     flags = {'train.total_steps': 12, 'checkpoint.every_steps': 3, 'train.eval_every_steps': 100,
              'train.log_every_steps': 1, 'checkpoint.keep_best': 0, 'logging.tensorboard': False}
@@ -240,6 +242,7 @@ def test_a_second_run_in_a_leased_workdir_is_refused_and_a_finished_run_frees_it
     lease.acquire(str(workdir)).release()   # the run gave its lease back when it ended
 
 
+@pytest.mark.slow
 def test_a_refused_config_change_stops_the_resumed_run_in_one_line(tmp_path):
     workdir = str(tmp_path / 'run')
     train_and_evaluate(runlocal(), workdir)
@@ -253,6 +256,7 @@ def test_a_refused_config_change_stops_the_resumed_run_in_one_line(tmp_path):
 
 
 # ---- a preemption during an evaluation --------------------------------------------------------
+@pytest.mark.slow
 def test_sigterm_during_an_evaluation_checkpoints_at_once_and_the_resume_evaluates_first(tmp_path, monkeypatch):
     from trm_spmd.data.loader import EvalBatches
     common = {'train.total_steps': 6, 'train.eval_every_steps': 4, 'train.log_every_steps': 1,

@@ -47,6 +47,7 @@ def test_a_tpu_vm_names_its_generation(monkeypatch):
     assert 'on these 16 v5litepod-16 devices a step takes about' in warning
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_warning_line():
     result = subprocess.run([sys.executable, '-m', 'trm_spmd.main', '--config=configs/tn_sweep.py:t99_n99',
                              '--dry_run'], cwd=REPO, capture_output=True, text=True, timeout=300)

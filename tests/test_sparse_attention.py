@@ -152,6 +152,7 @@ def test_validation_checks_the_mask_against_the_configs_task():
         validate(maze, device_count=8)
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_it_in_one_error_line():
     result = subprocess.run([sys.executable, '-m', 'trm_spmd.main', '--config=configs/maze.py:paper',
                              '--config.model.attention_mask=sudoku', '--dry_run'],
@@ -165,6 +166,7 @@ def test_the_command_line_refuses_it_in_one_error_line():
 
 # ---- on the SPMD path ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_masked_step_compiles_once_and_runs_on_the_device(tmp_path):
     config = load_config(f'{REPO}/configs/contributions.py:sparse_attention,runlocal')
     config.update_from_flattened_dict({'train.total_steps': 10, 'train.eval_every_steps': 5,

@@ -318,11 +318,13 @@ def _train(spec, workdir, steps):
 SCHEDULED = ('configs/contributions.py:curriculum_recursion', 'configs/contributions.py:adaptive_halting')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('spec', [s for s in SPECS if s not in SCHEDULED])
 def test_runlocal_variant_trains_two_steps(spec, tmp_path):
     _train(spec, tmp_path / 'run', steps=2)
 
 
+@pytest.mark.slow
 def test_curriculum_recursion_follows_its_stages(tmp_path):
     train = _train(SCHEDULED[0], tmp_path / 'run', steps=10)
     # Stages start at int(fraction * 10) = updates 0, 3, 6; logged step s is update s - 1.
@@ -330,6 +332,7 @@ def test_curriculum_recursion_follows_its_stages(tmp_path):
     assert cycles == [(1, 2)] * 3 + [(2, 4)] * 3 + [(3, 6)] * 4
 
 
+@pytest.mark.slow
 def test_adaptive_halting_decays_exploration_to_its_final_value(tmp_path):
     config = load_config(SCHEDULED[1] + ',runlocal')
     start, final = config.act.exploration_prob, config.act.exploration_prob_final

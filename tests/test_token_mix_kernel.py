@@ -46,6 +46,7 @@ def operands(batch, length, channels, inner, dtype):
 
 
 # (batch, channels): two cores and one channel block; one core (odd batch) and two blocks.
+@pytest.mark.slow
 @pytest.mark.parametrize('batch,channels', [(2, 256), (3, 512)])
 def test_forward_and_gradients_match_the_plain_token_mix_in_float32(batch, channels):
     x, w_gate_up, w_down, dy = operands(batch, 97, channels, 512, jnp.float32)
@@ -70,6 +71,7 @@ def test_bfloat16_stays_within_rounding_of_the_float32_result():
         assert float(jnp.abs(got - ref).max()) < 4 * 2 ** -8 * float(jnp.abs(ref).max())
 
 
+@pytest.mark.slow
 def test_partial_sums_split_the_examples_between_the_cores():
     x, w_gate_up, w_down, dy = operands(4, 16, 128, 256, jnp.float32)
     _, d_gate_up, d_down = kernel.backward_partials(x, w_gate_up, w_down, dy, EPS, interpret=True)
@@ -164,6 +166,7 @@ def _one_update(kernel_on, monkeypatch):
     return one_train_step(config, random_host_batch(config, 32), cpu_runs_the_stand_in)
 
 
+@pytest.mark.slow
 def test_a_step_through_the_kernel_path_updates_as_the_plain_model(monkeypatch):
     before, plain_after, plain_proto = _one_update(False, monkeypatch)
     start, kernel_after, proto = _one_update(True, monkeypatch)

@@ -231,6 +231,7 @@ def _compiler_or_reason():
     return None
 
 
+@pytest.mark.slow
 def test_train_step_compiled_for_v4_8_all_reduces_gradients_once_and_fits(tmp_path):
     reason = _compiler_or_reason()
     if reason:
@@ -264,6 +265,7 @@ def test_train_step_compiled_for_v4_8_all_reduces_gradients_once_and_fits(tmp_pa
     assert 'no step was run or timed' in record['notes']
 
 
+@pytest.mark.slow
 def test_the_token_mix_kernels_are_compiled_into_the_step_with_their_roofline(tmp_path):
     """xla.token_mix_kernel end to end without a TPU: torch_xla traces the kernels' custom
     calls under manual sharding, libtpu compiles them for a v4-8, each chip runs them on its
@@ -360,6 +362,7 @@ def test_the_study_compiles_each_distinct_train_step_once(monkeypatch):
     assert any('maze.py:paper | 768 | not compiled yet' in line for line in lines)
 
 
+@pytest.mark.slow
 def test_the_token_mix_benchmark_compiles_both_versions_for_one_chip():
     reason = _compiler_or_reason()
     if reason:

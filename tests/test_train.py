@@ -28,6 +28,7 @@ def train_lines(lines):
     return [r for r in lines if 'train/loss' in r]
 
 
+@pytest.mark.slow
 def test_runlocal_trains_evaluates_and_compiles_nothing_after_warmup(tmp_path):
     workdir = str(tmp_path / 'run')
     config = runlocal(**{'train.total_steps': 26, 'train.eval_every_steps': 5, 'train.log_every_steps': 1,
@@ -69,11 +70,22 @@ def test_tensorboard_file_holds_the_scalars(tmp_path):
     assert [e.step for e in acc.Scalars('train/loss')] == [1, 2]
 
 
-def test_gradient_accumulation_matches_the_whole_batch(tmp_path):
-    common = {'train.total_steps': 3, 'train.log_every_steps': 1, 'ema.enabled': False}
-    whole = train_lines(read_metrics(_run(tmp_path / 'whole', runlocal(**common))))
-    split = train_lines(read_metrics(_run(tmp_path / 'split', runlocal(**common, **{'optim.grad_accum_steps': 2}))))
-    for a, b in zip(whole, split):
+# Three logged steps of the runlocal baseline (no EMA: it changes no train/ line), which the
+# gradient accumulation and gradient checkpointing runs below must reproduce.
+THREE_STEPS = {'train.total_steps': 3, 'train.log_every_steps': 1, 'ema.enabled': False}
+
+
+@pytest.fixture(scope='module')
+def three_steps(tmp_path_factory):
+    return train_lines(read_metrics(_run(tmp_path_factory.mktemp('three_steps') / 'run', runlocal(**THREE_STEPS))))
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_matches_the_whole_batch(tmp_path, three_steps):
+    config = runlocal(**THREE_STEPS, **{'optim.grad_accum_steps': 2})
+    split = train_lines(read_metrics(_run(tmp_path / 'split', config)))
+    assert len(split) == len(three_steps) == 3
+    for a, b in zip(three_steps, split):
         assert a['train/loss'] == pytest.approx(b['train/loss'], abs=1e-5)
         assert a['train/accuracy'] == pytest.approx(b['train/accuracy'], abs=1e-6)
 
@@ -85,6 +97,7 @@ def _one_update(accum, host_batch):
     return one_train_step(config, host_batch)
 
 
+@pytest.mark.slow
 def test_accumulated_micro_batches_update_as_the_whole_batch_one_at_a_time():
     batch = random_host_batch(runlocal(), 32)
     # Counts the instructions' opcode field (length-prefixed; their names start with it too).
@@ -103,14 +116,16 @@ def test_accumulated_micro_batches_update_as_the_whole_batch_one_at_a_time():
             torch.testing.assert_close(delta_split, delta, rtol=1e-3, atol=1e-3 * float(delta.abs().max()))
 
 
-def test_gradient_checkpointing_changes_memory_not_numbers(tmp_path):
-    common = {'train.total_steps': 3, 'train.log_every_steps': 1}
-    plain = train_lines(read_metrics(_run(tmp_path / 'plain', runlocal(**common))))
-    remat = train_lines(read_metrics(_run(tmp_path / 'remat', runlocal(**common, **{'model.grad_checkpointing': True}))))
-    for a, b in zip(plain, remat):
+@pytest.mark.slow
+def test_gradient_checkpointing_changes_memory_not_numbers(tmp_path, three_steps):
+    config = runlocal(**THREE_STEPS, **{'model.grad_checkpointing': True})
+    remat = train_lines(read_metrics(_run(tmp_path / 'remat', config)))
+    assert len(remat) == 3
+    for a, b in zip(three_steps, remat):
         assert a['train/loss'] == pytest.approx(b['train/loss'], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_evaluation_at_other_depths_matches_separate_evaluations(tmp_path):
     source = str(tmp_path / 'source')
     train_and_evaluate(runlocal(**{'train.total_steps': 3}), source)   # runlocal trains with 2 ACT steps
@@ -143,6 +158,7 @@ def _run(workdir, config):
     return str(workdir)
 
 
+@pytest.mark.slow
 def test_loss_trajectory_is_the_same_on_1_and_8_devices(tmp_path):
     """The first step's loss agrees to 1e-5; the 5-step trajectory to 1e-3 relative.
 
@@ -150,15 +166,14 @@ def test_loss_trajectory_is_the_same_on_1_and_8_devices(tmp_path):
     Adam-style update turns the sign of a near-zero gradient element into a full +-lr step,
     so after the first update the runs drift apart by ~1e-4, as any reduction order would.
     """
-    losses = {}
-    for devices in (1, 8):
-        workdir = tmp_path / f'd{devices}'
-        result = run_in_subprocess(
-            ['-m', 'trm_spmd.main', '--config=configs/baseline.py:runlocal', f'--workdir={workdir}',
-             '--config.train.total_steps=5', '--config.train.log_every_steps=1'],
-            devices, env={'TRM_SPMD_DATA': str(tmp_path / 'data')})
-        assert result.returncode == 0, result.stderr[-3000:]
-        losses[devices] = [r['train/loss'] for r in train_lines(read_metrics(workdir))]
+    # 8 devices in this process, then 1 in its own, on the same generated dataset (TRM_SPMD_DATA).
+    _run(tmp_path / 'd8', runlocal(**{'train.total_steps': 5, 'train.log_every_steps': 1}))
+    result = run_in_subprocess(['-m', 'trm_spmd.main', '--config=configs/baseline.py:runlocal',
+                                f'--workdir={tmp_path / "d1"}', '--config.train.total_steps=5',
+                                '--config.train.log_every_steps=1'], 1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = {devices: [r['train/loss'] for r in train_lines(read_metrics(tmp_path / f'd{devices}'))]
+              for devices in (1, 8)}
     assert len(losses[1]) == 5
     assert losses[1][0] == pytest.approx(losses[8][0], abs=1e-5)
     np.testing.assert_allclose(losses[1], losses[8], rtol=1e-3, atol=0)

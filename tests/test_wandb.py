@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -44,6 +46,7 @@ def _same(a, b):
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
+@pytest.mark.slow
 def test_the_wandb_run_mirrors_metrics_jsonl_with_the_config_and_its_hash(wandb_runs, wandb_python):
     workdir, env, _ = wandb_runs
     runs = _offline_runs(workdir, wandb_python, env)
@@ -71,6 +74,7 @@ def test_the_wandb_run_mirrors_metrics_jsonl_with_the_config_and_its_hash(wandb_
     assert run['project'] == 'trm_spmd' and run['display_name'] == 'tiny_run' and run['tags'] == ['tiny', 'test']
 
 
+@pytest.mark.slow
 def test_a_resumed_workdir_continues_the_same_wandb_run(wandb_runs, wandb_python):
     workdir, env, _ = wandb_runs
     first, resumed = _offline_runs(workdir, wandb_python, env)
@@ -83,6 +87,7 @@ def test_a_resumed_workdir_continues_the_same_wandb_run(wandb_runs, wandb_python
     assert [e['exit_code'] for e in _of_type(first, 'exit') + _of_type(resumed, 'exit')] == [0, 0]
 
 
+@pytest.mark.slow
 def test_without_the_wandb_package_one_line_and_exit_2_before_training(tmp_path):
     # The default environment, without the extra's directory even when pytest runs through the
     # extra's python: it never holds wandb (requirements.lock leaves it out).

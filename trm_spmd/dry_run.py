@@ -15,7 +15,8 @@ from trm_spmd.runtime import create_runtime
 def _task_line(config, cfg):
     if not config.data.mixture:
         return f'{config.data.task} (sequence {cfg.seq_len}, vocabulary {cfg.vocab_size})'
-    line = mixture.describe(tasks.mixture_maps(config), mixture.batch_rows(config.data))
+    maps = mixture.planned_maps(tasks.of_config(config), config.data)
+    line = mixture.describe(maps, mixture.batch_rows(config.data))
     return f'{line} (vocabulary {cfg.vocab_size})'
 
 

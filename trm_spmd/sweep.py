@@ -23,11 +23,16 @@ from trm_spmd.config import expand_sweep, load_config
 from trm_spmd.progress import format_duration
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('sweep', None, 'FILE.py[:SWEEP]: the sweep function of a config file (default `sweep`)')
-flags.DEFINE_string('study_root', None, 'directory (or gs://) holding one workdir per run')
-flags.DEFINE_string('report', '', 'write compare.md/.csv and the plots here when the sweep ends')
-flags.DEFINE_list('only', [], 'run only these entries (their FILE.py:ARG as the sweep lists them)')
-flags.mark_flags_as_required(['sweep', 'study_root'])
+
+
+def define_flags():
+    """The command's flags, defined when it runs: importing this module defines none (its
+    functions are used elsewhere, and absl's flags are global to the process)."""
+    flags.DEFINE_string('sweep', None, 'FILE.py[:SWEEP]: the sweep function of a config file (default `sweep`)')
+    flags.DEFINE_string('study_root', None, 'directory (or gs://) holding one workdir per run')
+    flags.DEFINE_string('report', '', 'write compare.md/.csv and the plots here when the sweep ends')
+    flags.DEFINE_list('only', [], 'run only these entries (their FILE.py:ARG as the sweep lists them)')
+    flags.mark_flags_as_required(['sweep', 'study_root'])
 
 
 def workdir_of(study_root, spec):
@@ -83,6 +88,7 @@ def main(argv):
 
 
 def run():
+    define_flags()
     logging.set_verbosity(logging.WARNING)
     errors.run_main(main)
 

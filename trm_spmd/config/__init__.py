@@ -1,4 +1,9 @@
-"""Config schema, argument parsing, validation and config-file loading."""
+"""Config schema, argument parsing, validation and config-file loading.
+
+On the map (README.md: Layout) config/ sits above tasks/, data/ and model/, which validation
+asks for a run's sizes and the model's rules, and below runtime/ and train/, which it never
+imports.
+"""
 
 from trm_spmd.config.args import ConfigArgError, parse_arg
 from trm_spmd.config.family import SUDOKU_EXTREME_1K, family_config

@@ -10,9 +10,9 @@ from trm_spmd.config.args import ConfigArgError, parse_arg
 from trm_spmd.config.runlocal import apply_runlocal
 from trm_spmd.config.schema import default_config
 
-# The paper's dataset, built once with trm_spmd.data.build_sudoku (README: Everyday commands).
+# The paper's dataset, built once with python -m trm_spmd.build sudoku (README: Everyday commands).
 SUDOKU_EXTREME_1K = 'data/sudoku-extreme-1k-aug-1000'
-MAZE_HARD = 'data/maze-30x30-hard-1k-aug-8'   # trm_spmd.data.build_maze (configs/maze.py)
+MAZE_HARD = 'data/maze-30x30-hard-1k-aug-8'   # python -m trm_spmd.build maze (configs/maze.py)
 
 
 def family_config(name, variants, arg, default, runlocal=None, data_path=SUDOKU_EXTREME_1K):

@@ -11,6 +11,7 @@ import math
 from trm_spmd import tasks
 from trm_spmd.data.mixture import batch_rows
 from trm_spmd.errors import UserError
+from trm_spmd.extras import require_wandb
 from trm_spmd.model.config import ModelConfigError, TRMConfig
 
 
@@ -135,7 +136,7 @@ def validate(config, device_count=None, process_count=1):
         for name, path in zip(names, paths):
             _check(bool(path) or c.data.generate,
                    f'no {name} dataset: set --config.{"data.mixture_paths" if c.data.mixture else "data.path"} '
-                   f'(build one with python -m {tasks.get(name).build_module}) or --config.data.generate=True')
+                   f'(build one with {tasks.get(name).build_command()}) or --config.data.generate=True')
 
     batch, eval_batch = c.data.global_batch_size, c.eval.global_batch_size
     _check(batch >= 1 and eval_batch >= 1, 'data.global_batch_size and eval.global_batch_size must be >= 1')
@@ -149,8 +150,7 @@ def validate(config, device_count=None, process_count=1):
     _check(not c.logging.wandb or c.logging.wandb_project, 'logging.wandb=True needs a logging.wandb_project')
     if device_count is not None:
         if c.logging.wandb:   # this machine is about to run it: the optional package must be here
-            from trm_spmd.train.wandb_run import require   # not at the top: wandb_run imports trm_spmd.config
-            require()
+            require_wandb()
         data_axis, model_axis = resolve_mesh_shape(c.mesh.shape, device_count)
         _check(model_axis == 1, f'mesh.shape model axis={model_axis}: only data parallelism (model=1) is supported')
         micro = batch // o.grad_accum_steps

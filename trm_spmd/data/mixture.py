@@ -76,6 +76,13 @@ def token_maps(names, sizes):
     return maps
 
 
+def planned_maps(members, data_config):
+    """[TokenMap] of the member Tasks (anything with a name and sizes(data_config)), in order,
+    from the sizes data_config implies: for what runs without the datasets (--dry_run,
+    validation, the TPU compiler)."""
+    return token_maps([task.name for task in members], [task.sizes(data_config) for task in members])
+
+
 def mixture_sizes(maps):
     """The sizes the model of a mixture takes."""
     return {'seq_len': maps[0].mixture_seq_len,

@@ -1,4 +1,7 @@
-"""The TRM and URM models, ACT, losses and FLOP counts: pure torch, no device or XLA knowledge."""
+"""The TRM and URM models, ACT, losses and FLOP counts: pure torch, no device or XLA knowledge.
+
+It imports only the floor (batch, errors); config/, runtime/ and train/ build on it.
+"""
 
 from trm_spmd.model.act import act_step, exploration_prob_at, initial_carry
 from trm_spmd.model.config import TRMConfig

@@ -1,4 +1,5 @@
-"""Optimizers (plain torch, traceable), the learning-rate schedule and the EMA."""
+"""Optimizers (plain torch, traceable), the learning-rate schedule and the EMA. Imports nothing
+of trm_spmd; train/ builds on it."""
 
 from trm_spmd.optim.adam_atan2 import AdamATan2, AdamW
 from trm_spmd.optim.ema import EMA

@@ -2,6 +2,8 @@
 
 `xla`: torch_xla SPMD (TPU pods; CPU devices for tests and the quickstart).
 `native`: plain torch on CPU or CUDA (torch_xla 2.9 has no GPU support).
+
+Above config/ (the mesh rule) and the floor, below train/: the runtime knows no TRM and no task.
 """
 
 import os

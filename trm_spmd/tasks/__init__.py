@@ -6,31 +6,35 @@ task's own correctness rule.
   maze/     Maze-Hard: 30x30 mazes, a shortest path from S to G, the paper's 85.3% run
   arc/      ARC-AGI-1 and -2: grids up to 30x30, an output grid from a few demonstrations
 
-A run picks its family with `data.task`; a dataset in the official layout says its sizes in
-dataset.json, and the task checks that they are its own.
+A run picks its family with `data.task` (or several with `data.mixture`); a dataset in the
+official layout says its sizes in dataset.json, and the task checks that they are its own.
+Each family's builder is tasks/NAME/build.py, its flags tasks/NAME/build_cli.py, run by
+`python -m trm_spmd.build NAME`.
+
+Tasks build on the data layer (trm_spmd/data) and the floor; nothing below imports a task.
+The mixture (data/mixture.py) is handed the Task objects it mixes (of_config below).
 """
 
 import importlib
 
+from trm_spmd.data import mixture
 from trm_spmd.errors import UserError
 
 _MODULES = {'sudoku': 'trm_spmd.tasks.sudoku', 'maze': 'trm_spmd.tasks.maze', 'arc': 'trm_spmd.tasks.arc'}
 NAMES = tuple(_MODULES)
 
 
+def of_config(config):
+    """The Task of each task a run config trains on, in order: data.mixture's, else data.task's."""
+    return [get(name) for name in tuple(config.data.mixture) or (config.data.task,)]
+
+
 def sizes(config):
     """{'seq_len', 'vocab_size'(, 'num_puzzle_identifiers')} the run config's task (or mixture of
     tasks) implies, for what runs without a dataset."""
     if config.data.mixture:
-        from trm_spmd.data import mixture   # not at the top: the data layer imports this registry
-        return mixture.mixture_sizes(mixture_maps(config))
+        return mixture.mixture_sizes(mixture.planned_maps(of_config(config), config.data))
     return get(config.data.task).sizes(config.data)
-
-
-def mixture_maps(config):
-    """The mixture.TokenMap of each task of data.mixture, from the sizes the config implies."""
-    from trm_spmd.data import mixture
-    return mixture.token_maps(config.data.mixture, [get(name).sizes(config.data) for name in config.data.mixture])
 
 
 def get(name):

@@ -3,7 +3,8 @@
 The loader, model, train step, evaluator and checkpoints read sizes and ids from a
 dataset's dataset.json and nothing else; everything that knows what a token means lives
 in a Task. A new family is a subpackage of trm_spmd/tasks with a `TASK` and an entry in
-trm_spmd/tasks/__init__.py's registry, plus a `python -m trm_spmd.data.build_<name>` command.
+trm_spmd/tasks/__init__.py's registry, and a build_cli.py (its builder's flags and main) that
+`python -m trm_spmd.build NAME` runs.
 
 Exact accuracy in training and evaluation is the official rule for every family: a row
 is exact when every supervised label cell is predicted (losses.py), which needs no task
@@ -29,14 +30,17 @@ class Augmentation:
 
 class Task:
     name = ''
-    build_module = ''            # python -m <build_module> builds a dataset of this task
     generate_example = ''        # the flags of a small generated build, for error messages
     difficulty_name = ''         # what Split.difficulty measures (eval_by_difficulty/<name>_LO-HI)
     rating_edges = None          # bucket edges of the data's own ratings; None: ignore ratings
     augmentation: Augmentation | None = None   # on-the-fly training symmetries (data.augment)
 
+    def build_command(self):
+        """The command that builds a dataset of this task (trm_spmd/build.py)."""
+        return f'python -m trm_spmd.build {self.name}'
+
     def build_hint(self, output_dir='DIR'):
-        return f'python -m {self.build_module} {self.generate_example} --output_dir={output_dir}'
+        return f'{self.build_command()} {self.generate_example} --output_dir={output_dir}'
 
     def sizes(self, data_config):
         """{'seq_len', 'vocab_size'} of this task's datasets as data_config describes them, for

@@ -119,7 +119,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     """Trains `config` in `workdir`, resuming from its newest checkpoint, and returns the last
     evaluation's metrics. With config.mode 'eval' it evaluates config.init_from (default:
     the workdir's newest checkpoint) instead. The run holds a lease on `workdir` for its
-    whole life (lease.py): a second run there is refused, unless the lease is stale and
+    whole life (trm_spmd/lease): a second run there is refused, unless the lease is stale and
     takeover_stale_lease is set. SIGTERM checkpoints the step and returns (run.json:
     preempted); Ctrl-C does the same and raises errors.Stopped (run.json: stopped)."""
     started, workdir = time.time(), fs.absolute(workdir)

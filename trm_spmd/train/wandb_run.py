@@ -2,7 +2,7 @@
 row per line, with the resolved config and its hash as the W&B config.
 
 wandb is an optional extra (requirements-wandb.lock, `bash launch/setup.sh --wandb`), imported
-only here and only when the config asks for it. metrics.jsonl stays the run's record; W&B is
+(trm_spmd/extras.py) only when the config asks for it. metrics.jsonl stays the run's record; W&B is
 a view of it. A workdir keeps its W&B run id in wandb_run.json, so a resumed run continues the
 same W&B run. Credentials stay wandb's business: WANDB_API_KEY is read by wandb from the
 environment and never passed through here.
@@ -15,30 +15,17 @@ import secrets
 from trm_spmd import fs
 from trm_spmd.config import config_hash
 from trm_spmd.errors import UserError
+from trm_spmd.extras import require_wandb
 
 ID_FILE = 'wandb_run.json'
 STEP = 'step'   # the x-axis of every chart: the training step, not W&B's own row counter
-
-INSTALL = ('install the optional extra with PY=$(bash launch/setup.sh --wandb) and run with that $PY '
-           '(README.md: Weights & Biases), or set logging.wandb=False')
-
-
-def require():
-    """Imports wandb, or says in one line how to get it."""
-    try:
-        import wandb
-    except ImportError as e:
-        if e.name == 'wandb':
-            raise UserError(f'logging.wandb=True needs the wandb package: {INSTALL}') from None
-        raise UserError(f'logging.wandb=True: the wandb package does not import ({e}); {INSTALL}') from None
-    return wandb
 
 
 class WandbRun:
     """One W&B run per workdir: started (or resumed) on the main host, finished by close()."""
 
     def __init__(self, workdir, config):
-        wandb = require()
+        wandb = require_wandb()
         g = config.logging
         id_path = fs.join(workdir, ID_FILE)
         if fs.exists(id_path):

