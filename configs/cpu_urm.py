@@ -19,6 +19,10 @@ stop and evaluated every 250 on the 500 held-out puzzles:
   runs' 2 x 6 at half the depth, keeping its truncated backpropagation); 0.33M parameters.
   A step costs 6 + 2 x 3 = 12 loop-equivalents against TRM's 3 + 2 x 3 = 9 calls: the
   table's PFLOP column says what each run computed.
+- urm_rules_mask: URM with attention restricted to Sudoku's constraint graph
+  (model.attention_mask 'sudoku': a cell attends to its row, column and box only), which
+  tells whether URM's recursion learns once attention need not discover the geometry
+  (configs/cpu_study.py:sparse_attention is the same for TRM).
 
 Measured on a 2-core CPU: benchmarks/results/cpu_urm/README.md.
 """
@@ -32,11 +36,13 @@ QUICKSTART_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'quic
 STUDY = {'train.total_steps': 1000, 'train.eval_every_steps': 250, 'train.stop_at_exact_accuracy': 0.0,
          'checkpoint.every_steps': 500}
 ATTENTION = {'model.mlp_t': False, 'model.pos_encodings': 'rope'}
+URM = {**ATTENTION, 'model.family': 'urm', 'model.H_cycles': 2, 'model.L_cycles': 3}
 
 VARIANTS = {
     'trm': {},
     'trm_attention': ATTENTION,
-    'urm': {**ATTENTION, 'model.family': 'urm', 'model.H_cycles': 2, 'model.L_cycles': 3},
+    'urm': URM,
+    'urm_rules_mask': {**URM, 'model.attention_mask': 'sudoku'},
 }
 
 
