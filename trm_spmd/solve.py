@@ -33,9 +33,9 @@ from trm_spmd.checkpoint import CheckpointReader
 from trm_spmd.data import mixture
 from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
+from trm_spmd.model import families
 from trm_spmd.model.act import act_step, initial_carry
 from trm_spmd.model.config import TRMConfig
-from trm_spmd.model import families
 from trm_spmd.model.losses import predictions
 from trm_spmd.runtime.native import fast_dtype
 from trm_spmd.tasks.arc import attempts, grid as arc_grid
