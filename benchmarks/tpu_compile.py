@@ -92,9 +92,9 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     sharded = trainer.row_sharded(runtime)   # split by rows over the chips: a chip holds 1/chips of each
     table = trainer.model.puzzle_emb
     # Each matmul weight's shape, labelled by its place in a block ('mlp_t.gate_up_proj'), to
-    # tell the compiled module's matmuls apart.
+    # tell the compiled module's matmuls apart (TRM's blocks are L_level.layers.N, URM's layers.N).
     from trm_spmd.model.layers import CastedLinear
-    weights = {re.sub(r'^L_level\.layers\.\d+\.', '', name): list(module.weight.shape)
+    weights = {re.sub(r'^(L_level\.)?layers\.\d+\.', '', name): list(module.weight.shape)
                for name, module in trainer.model.named_modules() if isinstance(module, CastedLinear)}
     shared = {
         'trainable_parameters': trainable_param_count(trainer.model),

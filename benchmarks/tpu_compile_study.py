@@ -5,7 +5,7 @@ whether it fits, before anything is launched.
     python benchmarks/tpu_compile_study.py --slice=v4-64 --list     # the plan: runs, and the train steps they share
 
 The runs are every variant of every family's sweep (configs/{baseline, batch_scaling, ablations,
-tn_sweep, scaling, advanced, contributions, maze, arc}.py). Many share their train step: an lr,
+tn_sweep, scaling, advanced, contributions, maze, arc, urm}.py). Many share their train step: an lr,
 a warmup or a run length changes nothing the chip executes, so each distinct train step
 (model, batch, task sizes, optimizer, EMA, loss, mesh) is compiled once by
 benchmarks/tpu_compile.py, in its own process, and the runs that share it say so. A
@@ -40,7 +40,7 @@ from trm_spmd.train.schedule import curriculum_stages  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ('baseline', 'batch_scaling', 'ablations', 'tn_sweep', 'scaling', 'advanced', 'contributions', 'maze',
-            'arc')
+            'arc', 'urm')
 
 FLAGS = flags.FLAGS
 ATTENTION_ONLY = ('attention_impl', 'attention_block')
@@ -63,6 +63,8 @@ def step_fields(config):
     the same program on the chip."""
     c = config
     model, sizes = c.model.to_dict(), tasks.sizes(c)
+    if model.get('family') == 'trm':   # steps compiled before model.family existed keep their keys
+        del model['family']
     # The attention's settings change nothing in a token-mixing MLP's step, nor where the
     # attention is dense on a TPU ('auto' on a sequence of one block).
     cfg = TRMConfig.from_config(c, **sizes).with_auto_attention('blockwise')

@@ -364,6 +364,12 @@ def test_the_study_compiles_each_distinct_train_step_once(monkeypatch):
     for other in ('configs/ablations.py:ema_off', 'configs/batch_scaling.py:b256', 'configs/tn_sweep.py:t2_n2',
                   'configs/contributions.py:multi_task', 'configs/arc.py:arc1'):
         assert key[other] != base, other
+    assert key['configs/urm.py:arc1'] != key['configs/arc.py:arc1'] != key['configs/urm.py:arc2']
+    # Every kept result still belongs to a planned step: a field added to the schema later
+    # (model.family, optim.muon_*) leaves the keys of the steps compiled before it alone.
+    kept_dir = os.path.join(REPO, 'benchmarks', 'results', 'tpu_compile_study_v4-64')
+    kept_keys = {name[:-len('.json')] for name in os.listdir(kept_dir) if not name.startswith('tpu_compile_study')}
+    assert kept_keys == set(steps)
     shares, keys, overrides = zip(*runs['configs/contributions.py:curriculum_recursion'][1])
     assert sum(shares) == pytest.approx(1.0) and keys[2] == base[0]     # its last stage is the baseline's step
     assert overrides[0] == {'curriculum.enabled': False, 'model.H_cycles': 1, 'model.L_cycles': 2}
@@ -413,3 +419,18 @@ def test_an_mfu_taken_from_a_compile_with_kernels_says_it_holds_their_bound(tmp_
     record['results']['graphs']['train_step']['kernels'] = None
     path.write_text(json.dumps(record))
     assert 'roofline' not in projection.compiled_mfu(str(path))[1]
+
+
+@pytest.mark.slow
+def test_the_depthwise_conv_benchmark_compiles_both_forms_for_one_chip():
+    reason = _compiler_or_reason()
+    if reason:
+        pytest.skip(reason)
+    from conftest import run_in_subprocess
+    done = run_in_subprocess([os.path.join(REPO, 'benchmarks', 'depthwise_conv.py'), '--rows_per_chip=2',
+                              '--positions=82'], devices=1, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == 'ConvSwiGLU forward + backward on one v4 chip: x [2 x 82 x 512], inner 1536'
+    for label, line in zip(('grouped convolution', 'shift + multiply-adds'), lines[1:]):
+        assert re.match(rf'  {re.escape(label)} +cost model \d+\.\d+ ms, [\d.]+ GFLOP', line), line

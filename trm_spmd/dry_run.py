@@ -7,7 +7,8 @@ from trm_spmd.config import config_hash, validate
 from trm_spmd.data import mixture
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.flops import train_flops_per_example_step
-from trm_spmd.model.trm import TRM, trainable_param_count
+from trm_spmd.model.families import build_model
+from trm_spmd.model.network import trainable_param_count
 from trm_spmd.runtime import create_runtime
 
 
@@ -26,7 +27,7 @@ def dry_run(config, source, print_fn=print):
     batch = config.data.global_batch_size
     cfg = TRMConfig.from_config(config, **tasks.sizes(config)).with_auto_dtype(runtime.fast_dtype) \
         .with_auto_attention(runtime.fast_attention)
-    params = trainable_param_count(TRM(cfg))
+    params = trainable_param_count(build_model(cfg))
     flops = train_flops_per_example_step(cfg)
     print_fn(config.to_yaml() if hasattr(config, 'to_yaml') else str(config))
     lines = [

@@ -16,7 +16,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.mode = 'train'             # 'train' | 'eval' (eval-only on a restored/imported checkpoint)
     c.seed = 0
     c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla on a TPU VM or with PJRT_DEVICE set)
-    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (TinyRecursiveModels state_dict)
+    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (a TinyRecursiveModels or URM checkpoint)
 
     # ---- data --------------------------------------------------------------
     c.data = d = ml_collections.ConfigDict()
@@ -45,12 +45,14 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- model -------------------------------------------------------------
     c.model = m = ml_collections.ConfigDict()
+    m.family = 'trm'             # 'trm' | 'urm' (Universal Reasoning Model: one hidden state, attention +
+    #                              ConvSwiGLU blocks, truncated backprop through loops; configs/urm.py)
     m.hidden_size = 512
     m.num_heads = 8
     m.expansion = 4.0
-    m.H_cycles = 3               # T in the paper
-    m.L_cycles = 6               # n in the paper
-    m.L_layers = 2
+    m.H_cycles = 3               # T in the paper (URM: outer loops, all but the last without gradients)
+    m.L_cycles = 6               # n in the paper (URM: loops per outer loop)
+    m.L_layers = 2               # (URM: num_layers)
     m.mlp_t = True               # token-mixing MLP (True) or self-attention (False)
     m.pos_encodings = 'none'     # 'rope' | 'learned' | 'none'
     m.rope_theta = 10000.0
@@ -82,12 +84,15 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- optimizer and schedule --------------------------------------------
     c.optim = o = ml_collections.ConfigDict()
-    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion'
+    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion' | 'muon' (Muon on the 2-D weights, Adam on
+    #                              the rest: optim/muon.py)
     o.lr = 1e-4
     o.beta1 = 0.9
     o.beta2 = 0.95
     o.weight_decay = 1.0
-    o.eps = 1e-8                 # adamw only (AdamATan2 and Lion have none)
+    o.eps = 1e-8                 # adamw and muon's Adam part (AdamATan2 and Lion have none)
+    o.muon_momentum = 0.95       # muon: momentum of the 2-D weights' update (Nesterov)
+    o.muon_ns_steps = 5          # muon: Newton-Schulz iterations orthogonalising it
     o.puzzle_emb_lr = 1e-4
     o.puzzle_emb_weight_decay = 1.0
     o.warmup_steps = 2000

@@ -1,5 +1,11 @@
 """The model's own view of the run config: everything the network, ACT and loss read.
 
+One config serves both model families (`family`): TRM (two states, z_H and z_L, and blocks
+of a token mix and a SwiGLU) and URM (one hidden state re-injected with the input every
+loop, blocks of attention and a ConvSwiGLU). Everything else (embeddings, heads, ACT,
+losses) is shared, so the fields mean the same in both; where a field reads differently
+for URM it says so.
+
 Its checks are the one place the model's rules live: the run config's validation builds a
 TRMConfig to apply them, so messages name the run config's keys (model.hidden_size, ...).
 """
@@ -9,6 +15,7 @@ import dataclasses
 from trm_spmd.errors import UserError
 from trm_spmd.model import attention, attention_mask as masks
 
+FAMILIES = ('trm', 'urm')
 _DTYPES = ('bfloat16', 'float32', 'auto')
 _POS_ENCODINGS = ('none', 'rope', 'learned')
 _LOSS_TYPES = ('stablemax', 'softmax')
@@ -29,15 +36,16 @@ class ModelConfigError(UserError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class TRMConfig:
+    family: str = 'trm'
     vocab_size: int = 11
     seq_len: int = 81
     num_puzzle_identifiers: int = 1
     hidden_size: int = 512
     num_heads: int = 8
     expansion: float = 4.0
-    H_cycles: int = 3
-    L_cycles: int = 6
-    L_layers: int = 2
+    H_cycles: int = 3             # URM: outer loops, all but the last without gradients
+    L_cycles: int = 6             # URM: loops per outer loop (inject the input, run every layer)
+    L_layers: int = 2             # URM: num_layers
     mlp_t: bool = True
     pos_encodings: str = 'none'
     rope_theta: float = 1e4
@@ -65,6 +73,10 @@ class TRMConfig:
             value = getattr(self, field)
             check(value in allowed, f'{_key(field)}={value!r} is not one of {", ".join(map(repr, allowed))}')
 
+        one_of('family', FAMILIES)
+        if self.family == 'urm':
+            check(not self.mlp_t, "model.family='urm' mixes tokens by attention (its blocks are attention + "
+                                  'ConvSwiGLU): set model.mlp_t=False')
         one_of('forward_dtype', _DTYPES)
         one_of('pos_encodings', _POS_ENCODINGS)
         one_of('loss_type', _LOSS_TYPES)
@@ -100,6 +112,16 @@ class TRMConfig:
     def prefix_len(self) -> int:
         """Positions holding the puzzle embedding; 0 means the state is just the cells."""
         return self.puzzle_emb_len if self.puzzle_emb_ndim > 0 else 0
+
+    @property
+    def state_names(self) -> tuple:
+        """The recurrent states an ACT step carries per row, each [total_len, hidden_size]."""
+        return ('hidden',) if self.family == 'urm' else ('z_H', 'z_L')
+
+    def calls_per_cycle(self, L_cycles):
+        """Network calls (one pass through every layer) in one outer cycle: TRM updates z_L
+        L_cycles times and z_H once; URM runs L_cycles loops."""
+        return L_cycles if self.family == 'urm' else L_cycles + 1
 
     @property
     def total_len(self) -> int:
@@ -146,6 +168,8 @@ class TRMConfig:
         """Builds from the run config (`model.*`, `act.*`, `loss.*`) plus the dataset's sizes."""
         m, a = config.model, config.act
         return cls(
+            # A run's config.json from before model families existed (solve.py reads it) was a TRM.
+            family=m.get('family', 'trm'),
             vocab_size=vocab_size,
             seq_len=seq_len,
             num_puzzle_identifiers=num_puzzle_identifiers,

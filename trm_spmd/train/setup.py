@@ -8,7 +8,8 @@ import torch
 from trm_spmd import tasks
 from trm_spmd.model.act import initial_carry
 from trm_spmd.model.config import TRMConfig
-from trm_spmd.model.trm import TRM
+from trm_spmd.model.families import build_model
+from trm_spmd.model.network import RecursiveNetwork
 from trm_spmd.optim import EMA, build_optimizers
 from trm_spmd.train.schedule import curriculum_stages
 from trm_spmd.train.step import TrainState, make_train_step
@@ -17,7 +18,7 @@ from trm_spmd.train.step import TrainState, make_train_step
 @dataclasses.dataclass
 class Trainer:
     cfg: TRMConfig
-    model: TRM
+    model: RecursiveNetwork   # TRM or URM (model.family)
     optimizers: tuple      # (main optimizer, SignSGD of the puzzle embedding or None)
     ema: EMA | None
 
@@ -55,7 +56,7 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
                                 num_puzzle_identifiers=num_puzzle_identifiers).with_auto_dtype(runtime.fast_dtype)
     cfg = cfg.with_auto_attention(runtime.fast_attention)
     torch.manual_seed(config.seed)
-    model = TRM(cfg)
+    model = build_model(cfg)
     if hasattr(runtime, 'checkpoint_fn'):
         model.checkpoint_fn = runtime.checkpoint_fn
     if getattr(runtime, 'float32_weight_grads', False):
