@@ -46,7 +46,7 @@ def random_carry(bench, rows):
     rows = runtime.local_rows(rows)   # a native process holds only its own rows
     carry = initial_carry(bench.trainer.model, rows, 'cpu')
     generator = torch.Generator().manual_seed(0)
-    for key in ('z_H', 'z_L'):
+    for key in bench.trainer.cfg.state_names:   # TRM's z_H, z_L; URM's hidden
         carry[key] = torch.randn(carry[key].shape, generator=generator).to(carry[key].dtype)
     cells = common.synthetic_batch(np.random.default_rng(0), rows, config=bench.config)
     carry.update({k: torch.from_numpy(v) for k, v in cells.items()})

@@ -12,11 +12,15 @@ zero_grad, and the metrics read to the host. Its AdamATan2 comes from the CUDA-o
 adam-atan2 package, so on a CPU torch.optim.AdamW (fused where torch has it) stands in, as
 it does for anyone running that code without CUDA. `compile=True` wraps the loss head in
 torch.compile as pretrain.py does unless DISABLE_COMPILE is set.
+
+import_official_urm / official_urm_arch do the same for a UbiquantAI/URM checkout's model
+(benchmarks/official_parity.py compares its numerics with ours).
 """
 
 import os
 import sys
 import time
+import types
 
 import torch
 
@@ -34,6 +38,54 @@ def _import_official(path):
     except ImportError as e:
         raise UserError(f'--official={path}: its code needs {e.name}: pip install einops pydantic') from None
     return TinyRecursiveReasoningModel_ACTV1, ACTLossHead
+
+
+def _cpu_flash_attn():
+    """A stand-in for the flash-attn package (CUDA only), which URM's models/layers.py imports:
+    flash_attn_func(q, k, v, causal) on [B, L, H, D] as torch's scaled_dot_product_attention
+    computes it (the same softmax scale, 1/sqrt(D)), so its model runs on a CPU."""
+    import torch.nn.functional as F
+
+    def flash_attn_func(q, k, v, causal=False):
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=causal)
+        return out.transpose(1, 2).contiguous()
+
+    module = types.ModuleType('flash_attn')
+    module.flash_attn_func = flash_attn_func
+    return module
+
+
+def import_official_urm(path):
+    """The URM class of a UbiquantAI/URM checkout at PATH (flash-attn stood in for on a CPU)."""
+    if not os.path.isfile(os.path.join(path, 'models', 'urm', 'urm.py')):
+        raise UserError(f'--official={path}: not a URM checkout (no models/urm/urm.py)')
+    for name in ('flash_attn_interface', 'flash_attn'):
+        try:
+            __import__(name)
+            break
+        except ImportError:
+            continue
+    else:
+        sys.modules['flash_attn'] = _cpu_flash_attn()
+    sys.path.insert(0, os.path.abspath(path))
+    try:
+        from models.urm.urm import URM
+    except ImportError as e:
+        raise UserError(f'--official={path}: its code needs {e.name}: pip install einops pydantic') from None
+    return URM
+
+
+def official_urm_arch(config, batch_size, seq_len, vocab_size, num_puzzle_identifiers):
+    """Our URM config as the official URM's config dict (its `loops` is our act.halt_max_steps,
+    its num_layers our L_layers; its puzzle-embedding length follows from the width)."""
+    m = config.model
+    return dict(batch_size=batch_size, seq_len=seq_len, vocab_size=vocab_size,
+                num_puzzle_identifiers=num_puzzle_identifiers, puzzle_emb_ndim=m.puzzle_emb_ndim,
+                num_layers=m.L_layers, hidden_size=m.hidden_size, expansion=m.expansion, num_heads=m.num_heads,
+                pos_encodings=m.pos_encodings, rms_norm_eps=m.rms_norm_eps, rope_theta=m.rope_theta,
+                loops=config.act.halt_max_steps, H_cycles=m.H_cycles, L_cycles=m.L_cycles,
+                forward_dtype=m.forward_dtype)
 
 
 def official_arch(config, batch_size):

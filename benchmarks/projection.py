@@ -189,7 +189,8 @@ def compiled_mfu(path):
         raise SliceError(f'{path} is no tpu_compile result with a cost-model time of the train step: '
                          f'pass --mfu=FRACTION instead')
     settings = record.get('settings', {})
-    return value, (f'compiler estimate, libtpu cost model, {settings.get("slice")} at batch '
+    kernels = ', Pallas kernels at their roofline (a bound)' if train.get('kernels') else ''
+    return value, (f'compiler estimate, libtpu cost model{kernels}, {settings.get("slice")} at batch '
                    f'{settings.get("global_batch")}: {os.path.basename(path)}')
 
 

@@ -100,9 +100,9 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     sharded = trainer.row_sharded(runtime)   # split by rows over the chips: a chip holds 1/chips of each
     table = trainer.model.puzzle_emb
     # Each matmul weight's shape, labelled by its place in a block ('mlp_t.gate_up_proj'), to
-    # tell the compiled module's matmuls apart.
+    # tell the compiled module's matmuls apart (TRM's blocks are L_level.layers.N, URM's layers.N).
     from trm_spmd.model.layers import CastedLinear
-    weights = {re.sub(r'^L_level\.layers\.\d+\.', '', name): list(module.weight.shape)
+    weights = {re.sub(r'^(L_level\.)?layers\.\d+\.', '', name): list(module.weight.shape)
                for name, module in trainer.model.named_modules() if isinstance(module, CastedLinear)}
     shared = {
         'trainable_parameters': trainable_param_count(trainer.model),
@@ -115,7 +115,15 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
         'H_cycles': H, 'L_cycles': L, 'halt_max_steps': trainer.cfg.halt_max_steps,
         'forward_dtype': trainer.cfg.forward_dtype, 'grad_accum_steps': config.optim.grad_accum_steps,
         'weights': weights,
+        'token_mixing': trainer.cfg.token_mixing(config.xla.token_mix_kernel if trainer.cfg.mlp_t
+                                                 else config.xla.attention_kernel),
     }
+    if config.xla.attention_kernel:   # the share of tiles the kernels compute under the model's mask
+        from trm_spmd.model.attention_mask import attention_mask
+        from trm_spmd.runtime.attention_kernel import visible_tiles
+        c = trainer.cfg
+        mask = attention_mask(c.attention_mask, c.seq_len, c.prefix_len, c.attention_window)
+        shared['attention_visible_tiles'] = visible_tiles(None if mask is None else mask.numpy(), c.total_len)
     flops_train = train_flops_per_example_step(trainer.cfg, H, L)
     flops_eval = eval_flops_per_example_step(trainer.cfg)   # eval runs the config's cycles
 
@@ -162,6 +170,7 @@ def _trace_main(directory):
     start = time.perf_counter()
     runtime = create_runtime(config)
     runtime.fast_dtype = 'bfloat16'   # model.forward_dtype 'auto' as on the TPU, not on these CPU devices
+    runtime.fast_attention = 'blockwise'   # model.attention_impl 'auto' likewise
     validate(config, runtime.device_count, runtime.process_count)
     graphs = trace_graphs(config, runtime, tuple(flags.FLAGS.graphs))
     info = {'devices': runtime.device_count, 'trace_s': time.perf_counter() - start, 'graphs': {}}
@@ -249,6 +258,31 @@ def time_by_category(cycles, weights):
     return {k: v / whole for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
+def kernel_rooflines(calls, chip_kind, attention_visible_tiles=1.0):
+    """The Pallas kernel calls of a compiled module at their roofline, all together
+    (calls, mxu_flops, bytes, roofline_seconds) and 'by_kind' ('token mix', 'attention'), or
+    None without calls. attention_visible_tiles: the share of tiles the attention kernels
+    compute under the model's mask (the block table's values are not in the module)."""
+    from trm_spmd.runtime import attention_kernel, token_mix_kernel
+    attention = [c for c in calls if attention_kernel.is_attention_call(c[1])]
+    token_mix = [c for c in calls if not attention_kernel.is_attention_call(c[1])]
+    by_kind = {'token mix': token_mix_kernel.roofline(token_mix, chip_kind),
+               'attention': attention_kernel.roofline(attention, chip_kind, attention_visible_tiles)}
+    by_kind = {k: v for k, v in by_kind.items() if v}
+    if not by_kind:
+        return None
+    total = {key: sum(v[key] for v in by_kind.values()) for key in ('calls', 'mxu_flops', 'bytes', 'roofline_seconds')}
+    return {**total, 'by_kind': by_kind}
+
+
+def estimate_label(r):
+    """How a figure from a graph's estimated time is to be read: the cost model's estimate,
+    and, where Pallas kernels are in it, their roofline, a bound."""
+    if r.get('kernels'):
+        return 'compiler estimate, with the Pallas kernels at their roofline: a bound'
+    return 'compiler estimate'
+
+
 def graph_figures(meta, compiled, tpu_slice):
     """The compiler's figures of one graph next to the analytic ones, per chip."""
     memory = dict(compiled['memory'])
@@ -262,16 +296,17 @@ def graph_figures(meta, compiled, tpu_slice):
     batch = meta['global_batch']
     analytic = meta['analytic_flops_per_example'] * batch / tpu_slice.chips
     by_category = time_by_category(compiled.get('cycles', []), meta.get('weights', {}))
-    # Pallas kernels (xla.token_mix_kernel) get no time from the cost model: their roofline.
-    from trm_spmd.runtime.token_mix_kernel import roofline
-    kernels = roofline(compiled.get('mosaic_kernels', []), tpu_slice.kind)
+    # Pallas kernels get no time from the cost model: their roofline.
+    kernels = kernel_rooflines(compiled.get('mosaic_kernels', []), tpu_slice.kind,
+                               meta.get('attention_visible_tiles', 1.0))
     seconds = compiled['optimal_seconds']
     if kernels and seconds:
-        # The kernels' roofline joins the cost model's time, as a category of its own.
+        # The kernels' roofline joins the cost model's time, a category per kind of kernel.
         rest = seconds
         seconds += kernels['roofline_seconds']
         by_category = {k: v * rest / seconds for k, v in by_category.items()}
-        by_category['token mix kernels (roofline)'] = kernels['roofline_seconds'] / seconds
+        for kind, bound in kernels['by_kind'].items():
+            by_category[f'{kind} kernels (roofline)'] = bound['roofline_seconds'] / seconds
         by_category = dict(sorted(by_category.items(), key=lambda kv: -kv[1]))
     compiled = {**{k: v for k, v in compiled.items() if k not in ('cycles', 'mosaic_kernels')},
                 'time_by_category': by_category, 'kernels': kernels}
@@ -330,6 +365,8 @@ def report_lines(name, r, tpu_slice, target_ms):
     head = f'{name}: {r["what"]}'
     if r['global_batch']:
         head += f'; global batch {r["global_batch"]} ({r["per_chip_batch"]:g} per chip)'
+    if r.get('token_mixing'):
+        head += f'; token mixing: {r["token_mixing"]}'
     lines = [head,
              f'  HBM per chip     arguments {_gib(m["argument_bytes"])}, outputs {_gib(m["output_bytes"])}, '
              f'temporaries {_gib(m["temp_bytes"])}, code {_mb(m["generated_code_bytes"])}',
@@ -360,15 +397,17 @@ def report_lines(name, r, tpu_slice, target_ms):
         kernels = r.get('kernels')
         lines.append(f'  cost model       {r["optimal_seconds"] * 1e3:.3f} ms per execution (compiler estimate, not a measurement)'
                      + (' for all but the kernels' if kernels else ''))
-        if kernels:
-            lines.append(f'  kernels          {kernels["calls"]} Pallas kernel calls (token mix), no cost-model time: '
-                         f'{kernels["mxu_flops"] / 1e12:.3g} TFLOP on the MXU (positions padded to its tiles), '
-                         f'{_mb(kernels["bytes"])} of HBM traffic; at their roofline '
-                         f'{kernels["roofline_seconds"] * 1e3:.3f} ms, added below (a bound, not a measurement)')
+        for kind, bound in (kernels or {}).get('by_kind', {}).items():
+            lines.append(f'  kernels          {bound["calls"]} Pallas kernel calls ({kind}), no cost-model time: '
+                         f'{bound["mxu_flops"] / 1e12:.3g} TFLOP on the MXU (padded to its tiles), '
+                         f'{_mb(bound["bytes"])} of HBM traffic; at their roofline '
+                         f'{bound["roofline_seconds"] * 1e3:.3f} ms, added below (a bound, not a measurement)')
+        if r.get('estimated_step_ms') is not None and kernels:
+            lines.append(f'  estimated        {r["estimated_step_ms"]:.3f} ms per execution ({estimate_label(r)})')
         if name == 'train_step' and r.get('estimated_mfu') is not None:
             floor_ms = r['analytic_flops_per_chip'] / (tpu_slice.peak_tflops * 1e12) * 1e3
             lines.append(f'  projected        {r["estimated_step_ms"]:.1f} ms/step, {r["estimated_examples_per_s"]:,.0f} examples/s, '
-                         f'MFU {r["estimated_mfu"]:.0%} (compiler estimate); floor {floor_ms:.1f} ms, '
+                         f'MFU {r["estimated_mfu"]:.0%} ({estimate_label(r)}); floor {floor_ms:.1f} ms, '
                          f'target {target_ms:g} ms: ' + ('within' if r['estimated_step_ms'] <= target_ms else
                                                         f'{r["estimated_step_ms"] / target_ms:.1f}x over'))
     shares = [f'{k} {v:.1%}' for k, v in r.get('time_by_category', {}).items() if v >= 0.005]
@@ -461,8 +500,8 @@ def main(argv):
         p = projection.project(train['analytic_flops_per_example'], batch, tpu_slice, train['estimated_mfu'],
                                projection.run_steps(config, batch), FLAGS.target_ms)
         results['projection'] = p
-        lines.append('projection at the compiler-estimated MFU (not a measurement):')
-        lines += ['  ' + line for line in projection.report_lines(p, 'compiler estimate')]
+        lines.append(f'projection at the estimated MFU ({estimate_label(train)}; not a measurement):')
+        lines += ['  ' + line for line in projection.report_lines(p, estimate_label(train))]
     common.report('tpu_compile', {'slug': tpu_slice.name, 'description': f'{kind} ({topo.name}), compile-only: no TPU used',
                                   'kind': tpu_slice.kind, 'devices': topo.chips, 'hosts': tpu_slice.hosts,
                                   'peak_tflops': tpu_slice.peak_tflops, 'projected': True},

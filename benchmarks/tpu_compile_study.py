@@ -5,7 +5,7 @@ whether it fits, before anything is launched.
     python benchmarks/tpu_compile_study.py --slice=v4-64 --list     # the plan: runs, and the train steps they share
 
 The runs are every variant of every family's sweep (configs/{baseline, batch_scaling, ablations,
-tn_sweep, scaling, advanced, contributions, maze, arc}.py). Many share their train step: an lr,
+tn_sweep, scaling, advanced, contributions, maze, arc, urm}.py). Many share their train step: an lr,
 a warmup or a run length changes nothing the chip executes, so each distinct train step
 (model, batch, task sizes, optimizer, EMA, loss, mesh) is compiled once by
 benchmarks/tpu_compile.py, in its own process, and the runs that share it say so. A
@@ -35,13 +35,15 @@ if __package__ in (None, ''):
 from benchmarks import common, projection  # noqa: E402
 from trm_spmd import tasks  # noqa: E402
 from trm_spmd.config import expand_sweep, load_config  # noqa: E402
+from trm_spmd.model.config import TRMConfig  # noqa: E402
 from trm_spmd.train.schedule import curriculum_stages  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ('baseline', 'batch_scaling', 'ablations', 'tn_sweep', 'scaling', 'advanced', 'contributions', 'maze',
-            'arc')
+            'arc', 'urm')
 
 FLAGS = flags.FLAGS
+ATTENTION_ONLY = ('attention_impl', 'attention_block')
 
 
 def define_flags():
@@ -60,7 +62,16 @@ def step_fields(config):
     """What a config's compiled train step depends on; two configs with the same fields run
     the same program on the chip."""
     c = config
-    return {'model': c.model.to_dict(), 'global_batch_size': c.data.global_batch_size, 'sizes': tasks.sizes(c),
+    model, sizes = c.model.to_dict(), tasks.sizes(c)
+    if model.get('family') == 'trm':   # steps compiled before model.family existed keep their keys
+        del model['family']
+    # The attention's settings change nothing in a token-mixing MLP's step, nor where the
+    # attention is dense on a TPU ('auto' on a sequence of one block).
+    cfg = TRMConfig.from_config(c, **sizes).with_auto_attention('blockwise')
+    if cfg.mlp_t or cfg.attention_impl == 'dense':
+        for key in ATTENTION_ONLY:
+            model.pop(key, None)
+    return {'model': model, 'global_batch_size': c.data.global_batch_size, 'sizes': sizes,
             'optimizer': c.optim.name, 'grad_accum_steps': c.optim.grad_accum_steps,
             'grad_clip': c.optim.grad_clip > 0, 'ema': c.ema.enabled, 'no_ACT_continue': c.act.no_ACT_continue,
             'loss': c.loss.type, 'mesh': list(c.mesh.shape)}

@@ -62,3 +62,26 @@ def test_no_puzzle_embedding_shortens_the_sequence():
     token_mix = 2 * 512 * 81 * 512 + 2 * 512 * 256 * 81             # width round(216) -> 256
     channel = 2 * 81 * 512 * 3072 + 2 * 81 * 1536 * 512
     assert network_call_flops(cfg) == 2 * (token_mix + channel)
+
+
+# URM on ARC-AGI-1 (configs/urm.py:arc1): 4 layers, 1 puzzle-embedding token + 900 cells = 901
+# positions, vocabulary 12; per layer attention + ConvSwiGLU (the channel SwiGLU plus a depthwise
+# kernel-2 convolution: 2 multiply-adds per inner channel and position).
+URM_T = 901
+URM_LAYER = (2 * URM_T * 512 * 1536 + 2 * URM_T * 512 * 512 + 2 * 2 * URM_T * URM_T * 512   # attention
+             + 2 * URM_T * 512 * 3072 + 2 * URM_T * 1536 * 512 + 2 * 2 * URM_T * 1536)      # ConvSwiGLU
+URM_HEADS = 2 * 900 * 512 * 12 + 2 * 512 * 2
+URM_ARC = dict(family='urm', mlp_t=False, pos_encodings='rope', L_layers=4, H_cycles=2, L_cycles=6,
+               puzzle_emb_len=1, seq_len=900, vocab_size=12)
+
+
+def test_urm_loop_and_act_step():
+    cfg = TRMConfig(**URM_ARC)
+    assert network_call_flops(cfg) == 4 * URM_LAYER
+    # 2 x 6 = 12 loops forward, backward (2x) through the last 6: 24 loop-equivalents.
+    assert train_flops_per_example_step(cfg) == 24 * 4 * URM_LAYER + 3 * URM_HEADS
+    assert eval_flops_per_example_step(cfg) == 12 * 4 * URM_LAYER + URM_HEADS
+    assert eval_flops_per_example_step(cfg, H_cycles=1, L_cycles=3) == 3 * 4 * URM_LAYER + URM_HEADS
+    # The convolution is a rounding error of a loop: 2 of every (6 * 512 + 2) channel FLOPs.
+    conv = 4 * 2 * 2 * URM_T * 1536
+    assert conv / network_call_flops(cfg) < 0.001

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from trm_spmd.model import TRM, TRMConfig
-from trm_spmd.optim import EMA, AdamATan2, AdamW, Lion, SignSGD, build_optimizers, learning_rate, set_lr
+from trm_spmd.optim import EMA, AdamATan2, AdamW, Lion, Muon, SignSGD, build_optimizers, learning_rate, set_lr
+from trm_spmd.optim.muon import orthogonalize
 
 STEPS = 5
 LRS = [1e-2, 3e-2, 2e-2, 5e-3, 1e-2]
@@ -185,11 +186,11 @@ def test_ema_rejects_state_of_another_model():
 def optim_config(name, puzzle=True):
     ml_collections = pytest.importorskip('ml_collections')
     return ml_collections.ConfigDict({'optim': dict(
-        name=name, lr=3e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8,
-        puzzle_emb_lr=1e-2, puzzle_emb_weight_decay=0.5)})
+        name=name, lr=3e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8, muon_momentum=0.95,
+        muon_ns_steps=5, puzzle_emb_lr=1e-2, puzzle_emb_weight_decay=0.5)})
 
 
-@pytest.mark.parametrize('name,cls', [('adam_atan2', AdamATan2), ('adamw', AdamW), ('lion', Lion)])
+@pytest.mark.parametrize('name,cls', [('adam_atan2', AdamATan2), ('adamw', AdamW), ('lion', Lion), ('muon', Muon)])
 def test_build_optimizers(name, cls):
     model = small_model()
     main, puzzle = build_optimizers(model, optim_config(name))
@@ -205,3 +206,81 @@ def test_build_optimizers_without_puzzle_embedding_and_bad_name():
     assert build_optimizers(model, optim_config('adamw'))[1] is None
     with pytest.raises(ValueError, match='optim.name'):
         build_optimizers(model, optim_config('sgd'))
+
+
+# ---- Muon ------------------------------------------------------------------------------
+
+# The URM reference's Newton-Schulz coefficients, one (a, b, c) per iteration (models/muon.py).
+REFERENCE_NS = [(7.2086, -15.5131, 9.0178), (3.9623, -2.5813, 0.4542), (3.9466, -2.5765, 0.4544),
+                (3.8991, -2.5671, 0.4566), (3.7186, -2.5308, 0.4653)]
+
+
+def newton_schulz_float64(u):
+    """The reference's orthogonalisation, written out in float64 from its bfloat16 input."""
+    x = u.to(torch.bfloat16).double()
+    tall = x.shape[0] > x.shape[1]
+    x = x.T if tall else x
+    x = x / max(x.norm(), 1e-7)
+    for a, b, c in REFERENCE_NS:
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def muon_formula(p0, grads, lrs, wd, momentum=0.95, betas=(0.9, 0.95), eps=1e-8):
+    """URM's update (use_muon): a 2-D p by Muon (Nesterov sum-momentum, NS, lr x 0.2 sqrt(max
+    dim)), any other p by its Adam (eps on the uncorrected sqrt(v)); decoupled decay first."""
+    p = p0.double()
+    buf, m, v = (torch.zeros_like(p) for _ in range(3))
+    for t, (g, lr) in enumerate(zip(grads, lrs), start=1):
+        g = g.double()
+        p = p * (1 - lr * wd)
+        if p.ndim == 2:
+            buf = momentum * buf + g
+            p = p - lr * 0.2 * math.sqrt(max(p.shape)) * newton_schulz_float64(g + momentum * buf)
+        else:
+            m = m + (1 - betas[0]) * (g - m)
+            v = v + (1 - betas[1]) * (g * g - v)
+            p = p - lr * math.sqrt(1 - betas[1] ** t) / (1 - betas[0] ** t) * m / (eps + v.sqrt())
+    return p
+
+
+@pytest.mark.parametrize('tensor_lr', [False, True])
+@pytest.mark.parametrize('shape', [(12, 40), (40, 12), (9,), (6, 1, 2)])
+def test_muon_matches_the_reference_update(shape, tensor_lr):
+    """2-D weights (wide and tall) take Muon's step; a bias or URM's [C, 1, 2] convolution
+    weight the reference's Adam step."""
+    p0 = torch.randn(shape)
+    grads = grad_sequence(shape)
+    got, opt = run(Muon, p0, grads, LRS, tensor_lr, weight_decay=0.3)
+    torch.testing.assert_close(got.double(), muon_formula(p0, grads, LRS, 0.3), rtol=2e-4, atol=2e-5)
+    state = opt.state[opt.param_groups[0]['params'][0]]
+    assert set(state) == ({'momentum_buffer'} if len(shape) == 2 else {'step', 'exp_avg', 'exp_avg_sq'})
+
+
+def test_muon_step_orthogonalises_the_momentum():
+    """Whatever the gradient's scale and conditioning, the update's singular values land in the
+    band the reference's 5 iterations give ([0.45, 1.8]: its 8 coefficients are made for 8
+    iterations, after which they are within 0.1% of 1); its size is lr x 0.2 sqrt(max dim)."""
+    g = torch.randn(64, 24) @ torch.diag(torch.logspace(-2, 0, 24))   # singular values over 2 decades
+    for scale in (1e-4, 1.0, 1e3):
+        s = torch.linalg.svdvals(orthogonalize(g * scale, 5).double())
+        assert 0.4 < s.min() and s.max() < 1.9, s
+    s = torch.linalg.svdvals(orthogonalize(g, 8).double())
+    assert 0.99 < s.min() and s.max() < 1.01, s
+    p, _ = run(Muon, torch.zeros(64, 24), [g], [1e-2], False, weight_decay=0.0)
+    s = torch.linalg.svdvals(p.double() / (1e-2 * 0.2 * math.sqrt(64)))
+    assert 0.4 < s.min() and s.max() < 1.9
+
+
+def test_muon_state_round_trip_continues_identically():
+    p0, grads = torch.randn(8, 5), grad_sequence((8, 5), n=4)
+    straight, _ = run(Muon, p0, grads, [1e-2] * 4, False)
+    first, opt = run(Muon, p0, grads[:2], [1e-2] * 2, False)
+    p = torch.nn.Parameter(first.clone())
+    resumed = Muon([p], lr=1e-2)
+    resumed.load_state_dict(opt.state_dict())
+    for g in grads[2:]:
+        p.grad = g.clone()
+        resumed.step()
+    torch.testing.assert_close(p.detach(), straight, rtol=0, atol=0)

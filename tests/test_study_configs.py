@@ -262,10 +262,12 @@ ALL_ABLATIONS = [BASELINE, 'configs/ablations.py:ema_off', 'configs/ablations.py
                  'configs/contributions.py:adaptive_halting', 'configs/contributions.py:lion',
                  'configs/contributions.py:sparse_attention']
 BATCH_SWEEP = [BASELINE] + [f'configs/batch_scaling.py:b{b}' for b in (256, 512, 1024, 2048, 6144)]
+FAMILY_SWEEP = [BASELINE, 'configs/ablations.py:attention', 'configs/urm.py:sudoku', 'configs/maze.py:paper',
+                'configs/urm.py:maze', 'configs/arc.py:arc1', 'configs/urm.py:arc1']
 
 
 @pytest.mark.parametrize('name, expected', [('all_ablations', ALL_ABLATIONS), ('batch_sweep', BATCH_SWEEP),
-                                            ('', ALL_ABLATIONS)])
+                                            ('family', FAMILY_SWEEP), ('', ALL_ABLATIONS)])
 def test_study_sweeps_expand_to_specs_that_load(name, expected):
     specs = expand_sweep('configs/sweeps.py' + (f':{name}' if name else ''))
     assert specs == expected

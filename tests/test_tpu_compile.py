@@ -146,6 +146,36 @@ def test_a_step_with_kernels_adds_their_roofline_to_the_estimate_and_says_so():
     assert 'for all but the kernels' in lines and '3 Pallas kernel calls' in lines and 'a bound, not a measurement' in lines
 
 
+def test_every_line_whose_figure_holds_a_kernels_roofline_says_so():
+    tpu_slice, _ = tpu_compile.slice_topology('v4-64')
+    n, d, padded = 192, 64, 1024
+    qt, kv, row = (n, d, padded), (n, padded, d), (n, 1, padded)
+    attention = [([qt, row], [(64,), qt, kv, kv])] * 2 + [([qt], [(64,), qt, kv, kv, qt, row, row]),
+                                                          ([kv, kv], [(64,), qt, kv, kv, qt, row, row])]
+    x = (24, 97, 512)
+    token_mix = [([x], [x, (1024, 97), (97, 512)])]
+    meta = {'global_batch': 768, 'analytic_flops_per_example': 4e11, 'donated_bytes': 0, 'what': 'train',
+            'attention_visible_tiles': 0.5}
+    compiled = {'memory': {'argument_bytes': 0, 'output_bytes': 0, 'alias_bytes': 0, 'temp_bytes': 0,
+                           'generated_code_bytes': 0, 'total_bytes': 0, 'hbm_bytes': 32 * 2 ** 30},
+                'flops': 1e13, 'optimal_seconds': 0.050, 'mosaic_kernels': attention + token_mix,
+                'cycles': [('fusion:kLoop', 300, None)]}
+    r = tpu_compile.graph_figures(meta, compiled, tpu_slice)
+    by_kind = r['kernels']['by_kind']
+    assert by_kind['attention']['calls'] == 4 and by_kind['token mix']['calls'] == 1
+    # Half the tiles under the mask: 2 + 2 + 3 + 4 products of 2 x 128 x 128 x 128 per tile.
+    tile = 2 * 128 * 128 * 128
+    assert by_kind['attention']['mxu_flops'] == (2 + 2 + 3 + 4) * n * 64 * 0.5 * tile
+    assert r['estimated_step_ms'] == pytest.approx((0.050 + r['kernels']['roofline_seconds']) * 1e3)
+    assert {'attention kernels (roofline)', 'token mix kernels (roofline)'} <= set(r['time_by_category'])
+    lines = tpu_compile.report_lines('train_step', {**r, 'collectives': {}, 'matmuls': {}, 'compile_s': 1,
+                                                    'instructions': 1, 'parameter_bytes': 1}, tpu_slice, 17)
+    projected = next(line for line in lines if line.lstrip().startswith('projected'))
+    assert 'Pallas kernels at their roofline: a bound' in projected and '(compiler estimate)' not in projected
+    assert any('(attention)' in line for line in lines) and any('(token mix)' in line for line in lines)
+    assert tpu_compile.estimate_label({'kernels': None}) == 'compiler estimate'
+
+
 def test_shape_bytes():
     assert tpu_aot.shape_bytes('(f32[256,256]{1,0}, bf16[8]{0}, pred[3])') == 256 * 256 * 4 + 16 + 3
     assert tpu_aot.shape_bytes('f32[]') == 4
@@ -334,6 +364,12 @@ def test_the_study_compiles_each_distinct_train_step_once(monkeypatch):
     for other in ('configs/ablations.py:ema_off', 'configs/batch_scaling.py:b256', 'configs/tn_sweep.py:t2_n2',
                   'configs/contributions.py:multi_task', 'configs/arc.py:arc1'):
         assert key[other] != base, other
+    assert key['configs/urm.py:arc1'] != key['configs/arc.py:arc1'] != key['configs/urm.py:arc2']
+    # Every kept result still belongs to a planned step: a field added to the schema later
+    # (model.family, optim.muon_*) leaves the keys of the steps compiled before it alone.
+    kept_dir = os.path.join(REPO, 'benchmarks', 'results', 'tpu_compile_study_v4-64')
+    kept_keys = {name[:-len('.json')] for name in os.listdir(kept_dir) if not name.startswith('tpu_compile_study')}
+    assert kept_keys == set(steps)
     shares, keys, overrides = zip(*runs['configs/contributions.py:curriculum_recursion'][1])
     assert sum(shares) == pytest.approx(1.0) and keys[2] == base[0]     # its last stage is the baseline's step
     assert overrides[0] == {'curriculum.enabled': False, 'model.H_cycles': 1, 'model.L_cycles': 2}
@@ -370,3 +406,31 @@ def test_the_token_mix_benchmark_compiles_both_versions_for_one_chip():
     for label, line in zip(('forward', 'forward+backward'), lines[1:]):
         assert re.match(rf'{re.escape(label)}: XLA \d+ MB, cost model [\d.]+ ms; kernels compiled by libtpu', line), line
         assert 'roofline' in line and 'a bound' in line
+
+
+def test_an_mfu_taken_from_a_compile_with_kernels_says_it_holds_their_bound(tmp_path):
+    from benchmarks import projection
+    record = {'benchmark': 'tpu_compile', 'settings': {'slice': 'v4-64', 'global_batch': 768},
+              'results': {'graphs': {'train_step': {'estimated_mfu': 0.4, 'kernels': {'calls': 2}}}}}
+    path = tmp_path / 'tpu_compile_v4-64_x.json'
+    path.write_text(json.dumps(record))
+    mfu, source = projection.compiled_mfu(str(path))
+    assert mfu == 0.4 and 'Pallas kernels at their roofline (a bound)' in source
+    record['results']['graphs']['train_step']['kernels'] = None
+    path.write_text(json.dumps(record))
+    assert 'roofline' not in projection.compiled_mfu(str(path))[1]
+
+
+@pytest.mark.slow
+def test_the_depthwise_conv_benchmark_compiles_both_forms_for_one_chip():
+    reason = _compiler_or_reason()
+    if reason:
+        pytest.skip(reason)
+    from conftest import run_in_subprocess
+    done = run_in_subprocess([os.path.join(REPO, 'benchmarks', 'depthwise_conv.py'), '--rows_per_chip=2',
+                              '--positions=82'], devices=1, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == 'ConvSwiGLU forward + backward on one v4 chip: x [2 x 82 x 512], inner 1536'
+    for label, line in zip(('grouped convolution', 'shift + multiply-adds'), lines[1:]):
+        assert re.match(rf'  {re.escape(label)} +cost model \d+\.\d+ ms, [\d.]+ GFLOP', line), line

@@ -7,7 +7,8 @@ from trm_spmd.config import config_hash, validate
 from trm_spmd.data import mixture
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.flops import train_flops_per_example_step
-from trm_spmd.model.trm import TRM, trainable_param_count
+from trm_spmd.model.families import build_model
+from trm_spmd.model.network import trainable_param_count
 from trm_spmd.runtime import create_runtime
 
 
@@ -24,8 +25,9 @@ def dry_run(config, source, print_fn=print):
     validate(config, runtime.device_count, runtime.process_count)
     data_axis, model_axis = runtime.mesh_shape
     batch = config.data.global_batch_size
-    cfg = TRMConfig.from_config(config, **tasks.sizes(config)).with_auto_dtype(runtime.fast_dtype)
-    params = trainable_param_count(TRM(cfg))
+    cfg = TRMConfig.from_config(config, **tasks.sizes(config)).with_auto_dtype(runtime.fast_dtype) \
+        .with_auto_attention(runtime.fast_attention)
+    params = trainable_param_count(build_model(cfg))
     flops = train_flops_per_example_step(cfg)
     print_fn(config.to_yaml() if hasattr(config, 'to_yaml') else str(config))
     lines = [
@@ -43,6 +45,7 @@ def dry_run(config, source, print_fn=print):
         ('micro-batches per step', config.optim.grad_accum_steps),
         ('trainable parameters', f'{params:,}'),
         ('compute dtype', cfg.forward_dtype),
+        ('token mixing', cfg.token_mixing(config.xla.token_mix_kernel if cfg.mlp_t else config.xla.attention_kernel)),
         ('train FLOPs per example per ACT step', f'{flops / 1e9:.2f} GFLOP'),
         ('train FLOPs per step (global batch)', f'{flops * batch / 1e12:.2f} TFLOP'),
     ]

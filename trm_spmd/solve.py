@@ -1,4 +1,4 @@
-"""Solve puzzles of the run's task (Sudoku, mazes, ARC) with a trained TRM, on the CPU.
+"""Solve puzzles of the run's task (Sudoku, mazes, ARC) with a trained TRM or URM, on the CPU.
 
   python -m trm_spmd.solve --checkpoint=runs/quickstart --puzzle=4.....8.5.3..........7......2.....6.....8.4......1.......6.3.7.5..2.....1.4......
   python -m trm_spmd.solve --checkpoint=runs/quickstart --file=puzzles.txt
@@ -35,10 +35,10 @@ from trm_spmd.checkpoint import CheckpointReader
 from trm_spmd.data import mixture
 from trm_spmd.data.source import csv_rows
 from trm_spmd.errors import UserError
+from trm_spmd.model import families
 from trm_spmd.model.act import act_step, initial_carry
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.losses import predictions
-from trm_spmd.model.trm import TRM
 from trm_spmd.runtime.native import fast_dtype
 from trm_spmd.tasks.arc import attempts, grid as arc_grid, new_tasks
 from trm_spmd.train.data import dataset_dir, member_configs
@@ -98,7 +98,7 @@ def build_model(config, state, seq_len):
     cfg = TRMConfig.from_config(config, vocab_size=shapes['embed_tokens.weight'][0], seq_len=seq_len,
                                 num_puzzle_identifiers=shapes['puzzle_emb'][0] if 'puzzle_emb' in shapes else 1,
                                 ).with_auto_dtype(fast_dtype(torch.device('cpu')))
-    model = TRM(cfg)
+    model = families.build_model(cfg)
     weights = {k: torch.from_numpy(np.asarray(v)) for k, v in state['model'].items()}
     weights.update({k: torch.from_numpy(np.asarray(v)) for k, v in state.get('ema', {}).items()})
     expected = model.state_dict()

@@ -10,6 +10,9 @@ allowed (bookkeeping, cadence, performance, where it runs):
                                      unchanged, so a run may move (a smaller slice after a preemption,
                                      a GPU); numbers then agree to floating-point reduction order
   model.grad_checkpointing           recomputes the same forward pass: memory, not numbers
+  model.attention_impl, model.attention_block
+                                     the same attention computed another way: numbers agree to
+                                     floating-point rounding
   data.prefetch                      batches prepared ahead: speed only
   train.log_every_steps, train.eval_every_steps, train.eval_every_epochs
   train.nan_policy                   differs only at a non-finite step, where 'stop' would have stopped
@@ -24,7 +27,8 @@ allowed only when nothing depends on the run length (train.total_steps, train.ep
   equal to act.exploration_prob); otherwise the schedule from the current step on would change.
   (train.epochs is ignored while train.total_steps > 0, so changing it alone is no change.)
 refused (the checkpoints or the numbers depend on them):
-  seed, data.* (but prefetch), model.* (but grad_checkpointing), act.*, loss.*, optim.*,
+  seed, data.* (but prefetch), model.* (but grad_checkpointing and the attention's impl and block),
+  act.*, loss.*, optim.*,
   curriculum.*, ema.*, eval.max_examples and eval.act_steps (evaluations would stop being comparable),
   init_from and init_puzzle_emb (pick the starting weights of a new run), runlocal (sizes the whole experiment).
 
@@ -45,7 +49,8 @@ from trm_spmd import fs
 from trm_spmd.config.schema import default_config
 from trm_spmd.errors import UserError
 
-ALLOWED = ('name', 'variant', 'mode', 'backend', 'mesh.*', 'model.grad_checkpointing', 'data.prefetch',
+ALLOWED = ('name', 'variant', 'mode', 'backend', 'mesh.*', 'model.grad_checkpointing', 'model.attention_impl',
+           'model.attention_block', 'data.prefetch',
            'train.log_every_steps', 'train.eval_every_steps', 'train.eval_every_epochs', 'train.nan_policy',
            'train.stop_at_exact_accuracy', 'eval.global_batch_size', 'eval.save_outputs', 'eval.samples',
            'eval.difficulty_buckets', 'eval.report_act_steps', 'eval.puzzle_ids', 'eval.arc_solutions',

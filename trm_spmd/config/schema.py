@@ -16,7 +16,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.mode = 'train'             # 'train' | 'eval' (eval-only on a restored/imported checkpoint)
     c.seed = 0
     c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla on a TPU VM or with PJRT_DEVICE set)
-    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (TinyRecursiveModels state_dict)
+    c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (a TinyRecursiveModels or URM checkpoint)
     c.init_puzzle_emb = 'keep'   # init_from's puzzle embedding: 'keep' (same dataset) | a new table for this
     #                              run's dataset (post-training on new tasks), rows 'mean' (of the trained) |
     #                              'zero' | 'random' (trm_spmd/train/posttrain.py)
@@ -48,17 +48,23 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- model -------------------------------------------------------------
     c.model = m = ml_collections.ConfigDict()
+    m.family = 'trm'             # 'trm' | 'urm' (Universal Reasoning Model: one hidden state, attention +
+    #                              ConvSwiGLU blocks, truncated backprop through loops; configs/urm.py)
     m.hidden_size = 512
     m.num_heads = 8
     m.expansion = 4.0
-    m.H_cycles = 3               # T in the paper
-    m.L_cycles = 6               # n in the paper
-    m.L_layers = 2
+    m.H_cycles = 3               # T in the paper (URM: outer loops, all but the last without gradients)
+    m.L_cycles = 6               # n in the paper (URM: loops per outer loop)
+    m.L_layers = 2               # (URM: num_layers)
     m.mlp_t = True               # token-mixing MLP (True) or self-attention (False)
     m.pos_encodings = 'none'     # 'rope' | 'learned' | 'none'
     m.rope_theta = 10000.0
     m.attention_mask = 'full'    # attention only: 'full' | 'sudoku' (row, column, box) | 'window' (a square grid)
     m.attention_window = 1       # 'window': Chebyshev radius of the cells a cell attends to
+    m.attention_impl = 'auto'    # attention only: 'auto' | 'dense' | 'blockwise' (model/attention.py; auto: what is
+    #                              faster on the backend, blockwise on a TPU, dense elsewhere; the run log says which;
+    #                              at 916 positions blockwise fits 72 rows per v4 chip, dense 160: benchmarks/README.md)
+    m.attention_block = 512      # 'blockwise': positions per block of queries and of keys
     m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
     m.rms_norm_eps = 1e-5
@@ -81,12 +87,15 @@ def default_config() -> ml_collections.ConfigDict:
 
     # ---- optimizer and schedule --------------------------------------------
     c.optim = o = ml_collections.ConfigDict()
-    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion'
+    o.name = 'adam_atan2'        # 'adam_atan2' | 'adamw' | 'lion' | 'muon' (Muon on the 2-D weights, Adam on
+    #                              the rest: optim/muon.py)
     o.lr = 1e-4
     o.beta1 = 0.9
     o.beta2 = 0.95
     o.weight_decay = 1.0
-    o.eps = 1e-8                 # adamw only (AdamATan2 and Lion have none)
+    o.eps = 1e-8                 # adamw and muon's Adam part (AdamATan2 and Lion have none)
+    o.muon_momentum = 0.95       # muon: momentum of the 2-D weights' update (Nesterov)
+    o.muon_ns_steps = 5          # muon: Newton-Schulz iterations orthogonalising it
     o.puzzle_emb_lr = 1e-4
     o.puzzle_emb_weight_decay = 1.0
     o.warmup_steps = 2000
@@ -154,6 +163,7 @@ def default_config() -> ml_collections.ConfigDict:
     x.cache_dir = ''             # persistent compilation cache: '' -> ~/.cache/trm_spmd/xla_cache on TPU, 'none' -> off
     x.max_different_graphs = 8
     x.token_mix_kernel = False   # each block's token-mixing sublayer (model.mlp_t) as Pallas kernels; TPU only
+    x.attention_kernel = False   # self-attention (model.mlp_t=False) as fused flash-attention Pallas kernels; TPU only
 
     c.native = n = ml_collections.ConfigDict()
     n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...

@@ -77,6 +77,10 @@ def validate(config, device_count=None, process_count=1):
                                       '(or auto on a TPU VM)')
         _check(c.model.hidden_size % 128 == 0, f'xla.token_mix_kernel=True tiles the channels by 128: '
                                                f'model.hidden_size={c.model.hidden_size} must be a multiple of 128')
+    if c.xla.attention_kernel:
+        _check(not c.model.mlp_t, 'xla.attention_kernel=True computes self-attention: it needs model.mlp_t=False')
+        _check(c.backend != 'native', 'xla.attention_kernel=True is a TPU kernel: it needs backend xla '
+                                      '(or auto on a TPU VM)')
     try:   # the model's rules (shapes, dtypes, ACT, loss) live in TRMConfig; sizes: the task's
         TRMConfig.from_config(c, **tasks.sizes(c))
     except ModelConfigError as e:
@@ -86,7 +90,10 @@ def validate(config, device_count=None, process_count=1):
            f'act.exploration_prob_final={a.exploration_prob_final} must be in [0, 1]')
 
     o = c.optim
-    _one_of(o.name, 'optim.name', ('adam_atan2', 'adamw', 'lion'))
+    _one_of(o.name, 'optim.name', ('adam_atan2', 'adamw', 'lion', 'muon'))
+    if o.name == 'muon':
+        _check(0.0 <= o.muon_momentum < 1.0, f'optim.muon_momentum={o.muon_momentum} must be in [0, 1)')
+        _check(o.muon_ns_steps >= 1, f'optim.muon_ns_steps={o.muon_ns_steps} must be >= 1')
     _check(o.lr > 0, f'optim.lr={o.lr} must be > 0')
     _check(o.puzzle_emb_lr >= 0, f'optim.puzzle_emb_lr={o.puzzle_emb_lr} must be >= 0')
     _check(o.warmup_steps >= 0, f'optim.warmup_steps={o.warmup_steps} must be >= 0')

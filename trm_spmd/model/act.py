@@ -7,7 +7,8 @@ graph never depends on data.
 
 The carry is a flat dict of tensors so a compiled step can return it and a checkpoint can
 hold it:
-  z_H, z_L            [B, total_len, hidden] forward dtype
+  the model's states  [B, total_len, hidden] forward dtype, one per config.state_names
+                      (TRM: z_H, z_L; URM: hidden)
   steps               int32 [B]   supervision steps taken by the row's current puzzle
   halted              bool  [B]   the row is replaced at the next call
   inputs, labels      [B, seq_len] (int32 by default; labels may be int64)
@@ -28,8 +29,7 @@ def initial_carry(model_or_cfg, batch_size, device, labels_dtype=torch.int32):
     state = (batch_size, cfg.total_len, cfg.hidden_size)
     cells = (batch_size, cfg.seq_len)
     return {
-        'z_H': torch.zeros(state, dtype=dtype, device=device),
-        'z_L': torch.zeros(state, dtype=dtype, device=device),
+        **{name: torch.zeros(state, dtype=dtype, device=device) for name in cfg.state_names},
         'steps': torch.zeros(batch_size, dtype=torch.int32, device=device),
         'halted': torch.ones(batch_size, dtype=torch.bool, device=device),
         'inputs': torch.zeros(cells, dtype=torch.int32, device=device),
@@ -86,12 +86,12 @@ def act_step(model, carry, batch, *, training, exploration_prob=None, uniforms=N
     reset = carry['halted']
     data = {k: torch.where(reset.view((-1,) + (1,) * (carry[k].dim() - 1)), batch[k].to(carry[k].dtype), carry[k])
             for k in BATCH_KEYS}
-    z_H = torch.where(reset.view(-1, 1, 1), model.H_init, carry['z_H'])
-    z_L = torch.where(reset.view(-1, 1, 1), model.L_init, carry['z_L'])
+    states = {name: torch.where(reset.view(-1, 1, 1), init, carry[name])
+              for name, init in model.initial_states().items()}
     steps = torch.where(reset, torch.zeros_like(carry['steps']), carry['steps'])
 
-    z_H, z_L, logits, q_halt, q_continue = model(
-        z_H, z_L, data['inputs'], data['puzzle_identifiers'], H_cycles, L_cycles)
+    states, logits, q_halt, q_continue = model(
+        states, data['inputs'], data['puzzle_identifiers'], H_cycles, L_cycles)
     outputs = {'logits': logits, 'q_halt_logits': q_halt, 'q_continue_logits': q_continue}
 
     with torch.no_grad():
@@ -112,10 +112,10 @@ def act_step(model, carry, batch, *, training, exploration_prob=None, uniforms=N
                 # a 5-way unpack of a 3-tuple): the value of the next state, read from one
                 # more no-grad ACT step on the new carry. After the last step the only
                 # action left is halting, so its target is the next q_halt alone.
-                _, _, _, next_halt, next_continue = model(
-                    z_H, z_L, data['inputs'], data['puzzle_identifiers'], H_cycles, L_cycles)
+                _, _, next_halt, next_continue = model(
+                    states, data['inputs'], data['puzzle_identifiers'], H_cycles, L_cycles)
                 outputs['target_q_continue'] = torch.sigmoid(
                     torch.where(is_last, next_halt, torch.maximum(next_halt, next_continue)))
 
-    new_carry = {'z_H': z_H, 'z_L': z_L, 'steps': steps, 'halted': halted, **data}
+    new_carry = {**states, 'steps': steps, 'halted': halted, **data}
     return new_carry, outputs

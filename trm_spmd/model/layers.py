@@ -1,4 +1,4 @@
-"""Building blocks of the TRM network, numerically as the reference's models/layers.py.
+"""Building blocks of the TRM and URM networks, numerically as the references' models/layers.py.
 
 Weights live in float32 and are cast to the activation dtype at use, so the optimizer and
 EMA always work on float32 while the forward runs in bfloat16.
@@ -9,6 +9,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trm_spmd.model import attention
 
 
 def trunc_normal_(tensor, std=1.0, bound=2.0):
@@ -124,6 +126,55 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(gate) * up).transpose(1, 2)
 
 
+class DepthwiseConv(nn.Module):
+    """URM's short convolution over positions: each channel of x [B, L, C] mixed with the
+    previous position, out[t] = w[c, 0, 0] * x[t-1] + w[c, 0, 1] * x[t] + b[c] (x[-1] = 0).
+
+    The reference's nn.Conv1d(C, C, kernel 2, padding 1, groups C) truncated to L positions,
+    with its parameter shapes ([C, 1, 2] and [C]) and default init (uniform in +-1/sqrt(2)).
+    Written as one shift and two multiply-adds, elementwise work the compiler fuses with
+    its neighbours. A grouped convolution does not fall back to the CPU on XLA either, but by
+    the TPU compiler (benchmarks/depthwise_conv.py, ConvSwiGLU forward and backward on a v4
+    chip) it costs twice as much at Sudoku's 4 rows a chip (0.105 against 0.055 ms) and 3%
+    less at ARC's 24 rows of 901 positions (2.22 against 2.29 ms). Products and sum in
+    float32, rounded once to x's dtype, in the order torch's bfloat16 depthwise convolution
+    accumulates on a CPU: bit for bit the reference's result (tests/test_urm.py). The weights are float32 and cast to x's dtype at
+    use like every other weight here; the reference keeps this module's in bfloat16.
+    """
+
+    KERNEL = 2
+
+    def __init__(self, channels):
+        super().__init__()
+        bound = 1 / math.sqrt(self.KERNEL)   # nn.Conv1d's default: fan_in = 1 channel x 2 taps
+        self.weight = nn.Parameter(torch.empty(channels, 1, self.KERNEL).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(channels).uniform_(-bound, bound))
+
+    def forward(self, x):
+        w = self.weight.to(x.dtype).float()
+        previous = F.pad(x, (0, 0, 1, 0))[:, :-1]
+        # The convolution's order of the float32 sum: bias, then the taps in order (a tie
+        # between two bfloat16 values can round either way in another order).
+        out = self.bias.to(x.dtype).float() + previous.float() * w[:, 0, 0] + x.float() * w[:, 0, 1]
+        return out.to(x.dtype)
+
+
+class ConvSwiGLU(nn.Module):
+    """URM's channel MLP: silu(gate) * up, a depthwise convolution over positions, SiLU,
+    then down. Same widths and packing as SwiGLU (gate_up_proj = [gate; up])."""
+
+    def __init__(self, features, expansion):
+        super().__init__()
+        inter = swiglu_width(features, expansion)
+        self.gate_up_proj = CastedLinear(features, 2 * inter)
+        self.dwconv = DepthwiseConv(inter)
+        self.down_proj = CastedLinear(inter, features)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(self.dwconv(F.silu(gate) * up)))
+
+
 def rope_tables(head_dim, length, theta):
     """float32 cos/sin tables [length, head_dim], frequencies repeated for both halves."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
@@ -141,12 +192,23 @@ def apply_rope(x, cos, sin):
 
 
 class Attention(nn.Module):
-    """Non-causal multi-head self-attention; qkv_proj packs [q; k; v] along its output rows."""
+    """Non-causal multi-head self-attention; qkv_proj packs [q; k; v] along its output rows.
 
-    def __init__(self, hidden_size, num_heads):
+    impl: 'dense' or 'blockwise' (model/attention.py); plan: the blockwise schedule of the
+    sequence length and mask this layer sees (attention.schedule; may be None without a mask).
+    kernel_fn (set by a backend, TRM.use_attention_kernel): fn(q, k, v, mask) -> the attention
+    output [B, H, L, Dh] computed by a kernel, in place of impl.
+    """
+
+    def __init__(self, hidden_size, num_heads, impl='dense', plan=None):
         super().__init__()
+        if impl not in attention.IMPLS[1:]:
+            raise ValueError(f'attention impl {impl!r} is not one of {attention.IMPLS[1:]}')
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
+        self.impl = impl
+        self.plan = plan
+        self.kernel_fn = None
         self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
         self.o_proj = CastedLinear(hidden_size, hidden_size)
 
@@ -157,5 +219,10 @@ class Attention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        if self.kernel_fn is not None:
+            out = self.kernel_fn(q, k, v, mask)
+        elif self.impl == 'blockwise':
+            out = attention.blockwise(q, k, v, mask, self.plan)
+        else:
+            out = attention.dense(q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, d))

@@ -4,19 +4,21 @@ of trm_spmd; train/ builds on it."""
 from trm_spmd.optim.adam_atan2 import AdamATan2, AdamW
 from trm_spmd.optim.ema import EMA
 from trm_spmd.optim.lion import Lion
+from trm_spmd.optim.muon import Muon
 from trm_spmd.optim.schedule import learning_rate
 from trm_spmd.optim.sign_sgd import SignSGD
 
-__all__ = ['AdamATan2', 'AdamW', 'EMA', 'Lion', 'SignSGD', 'build_optimizers', 'learning_rate', 'set_lr']
+__all__ = ['AdamATan2', 'AdamW', 'EMA', 'Lion', 'Muon', 'SignSGD', 'build_optimizers', 'learning_rate', 'set_lr']
 
-OPTIMIZERS = ('adam_atan2', 'adamw', 'lion')
+OPTIMIZERS = ('adam_atan2', 'adamw', 'lion', 'muon')
 
 
 def build_optimizers(model, config):
     """(main optimizer over model.main_parameters(), SignSGD over the puzzle embedding or None).
 
-    config.optim: name, lr, beta1, beta2, weight_decay, eps (adamw), puzzle_emb_lr,
-    puzzle_emb_weight_decay. Lion takes beta1/beta2 from the config too.
+    config.optim: name, lr, beta1, beta2, weight_decay, eps (adamw, muon's Adam part),
+    muon_momentum, muon_ns_steps, puzzle_emb_lr, puzzle_emb_weight_decay. Lion takes
+    beta1/beta2 from the config too; Muon takes them for its Adam part (the non-2-D weights).
     """
     o = config.optim
     params, betas = model.main_parameters(), (o.beta1, o.beta2)
@@ -26,6 +28,9 @@ def build_optimizers(model, config):
         main = AdamW(params, lr=o.lr, betas=betas, weight_decay=o.weight_decay, eps=o.eps)
     elif o.name == 'lion':
         main = Lion(params, lr=o.lr, betas=betas, weight_decay=o.weight_decay)
+    elif o.name == 'muon':
+        main = Muon(params, lr=o.lr, weight_decay=o.weight_decay, momentum=o.muon_momentum,
+                    ns_steps=o.muon_ns_steps, betas=betas, eps=o.eps)
     else:
         raise ValueError(f'optim.name={o.name!r} is not one of {OPTIMIZERS}')
     puzzle = model.puzzle_emb_parameters()

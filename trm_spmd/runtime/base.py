@@ -22,6 +22,9 @@ class Runtime:
     shared_filesystem = False
     # model.forward_dtype 'auto' resolves to this: what the devices compute fastest.
     fast_dtype = 'bfloat16'
+    # model.attention_impl 'auto' resolves to this (model/attention.py): dense where the whole
+    # score matrix is cheap (CPUs; CUDA, whose scaled_dot_product_attention is a fused kernel).
+    fast_attention = 'dense'
 
     def local_rows(self, global_rows):
         """Rows of a global batch that this process's tensors hold."""
@@ -73,6 +76,12 @@ class Runtime:
         block's token-mixing sublayer as this backend's kernel (TRM.use_token_mix_kernel)."""
         raise UserError(f'xla.token_mix_kernel=True runs Pallas kernels on a TPU; the {self.name} backend '
                         'has none: set xla.token_mix_kernel=False')
+
+    def attention_kernel(self):
+        """fn(q, k, v, mask) -> softmax(q k^T / sqrt(d), masked) v: self-attention's core as this
+        backend's kernel (TRM.use_attention_kernel)."""
+        raise UserError(f'xla.attention_kernel=True runs Pallas kernels on a TPU; the {self.name} backend '
+                        'has none: set xla.attention_kernel=False')
 
     def sync(self):
         pass

@@ -65,6 +65,9 @@ class XlaRuntime(Runtime):
         self.process_count = xr.process_count()
         self.device_kind = xr.device_type() or 'CPU'
         self.fast_dtype = 'float32' if self.device_kind == 'CPU' else 'bfloat16'
+        # On a TPU the blockwise attention keeps no [L, L] tensor in HBM (benchmarks/README.md);
+        # on CPU devices dense attention is faster.
+        self.fast_attention = 'dense' if self.device_kind == 'CPU' else 'blockwise'
         self._group = None
         # Set where steps are only traced for the TPU compiler: TPU kernels may then be traced
         # on other devices (they are never run there).
@@ -158,6 +161,16 @@ class XlaRuntime(Runtime):
                 return dx, d_gate_up.to(w_gate_up.dtype), d_down.to(w_down.dtype), None
 
         return TokenMix.apply
+
+    def attention_kernel(self):
+        """Self-attention's core as the Pallas kernels of runtime/attention_kernel.py, each chip
+        running them on its own examples (runtime/xla_attention.py). On a TPU, or where the step
+        is only traced for the TPU compiler (trace_only)."""
+        if self.device_kind != 'TPU' and not self.trace_only:
+            raise UserError(f'xla.attention_kernel=True runs Pallas kernels on a TPU; this run\'s devices are '
+                            f'{self.device_kind}: set xla.attention_kernel=False')
+        from trm_spmd.runtime.xla_attention import attention_kernel_fn
+        return attention_kernel_fn(self)
 
     def _token_mix_call(self, kind, eps, x, w_gate_up, w_down, dout=None):
         """One kernel call on x [B, L, D], each chip on its own examples ('forward': [out];

@@ -1,9 +1,10 @@
 """Everything the next training step depends on, to and from a checkpoint.
 
 The tree holds numpy arrays: model parameters and buffers, both optimizers' states, the EMA
-shadow, and the ACT carry (every row's z_H/z_L, step count and current puzzle, so a resumed
-run continues each puzzle where it was). `meta` holds the step and the data position (and
-the loop adds whether an evaluation is pending and the accuracy of the step's evaluation).
+shadow, and the ACT carry (every row's recurrent states, TRM's z_H/z_L or URM's hidden, its
+step count and current puzzle, so a resumed run continues each puzzle where it was). `meta`
+holds the step and the data position (and the loop adds whether an evaluation is pending and
+the accuracy of the step's evaluation).
 Randomness needs no state: exploration draws and data order are functions of (seed, step),
 so the step is the whole position of a run.
 """

@@ -154,6 +154,8 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
         print(warning, file=sys.stderr, flush=True)
     train_steps = compile_train_steps(trainer, config, runtime, total_steps)
     evaluator = dataset.evaluator(trainer, runtime, workdir)
+    if not trainer.cfg.mlp_t and runtime.is_main_host:   # which attention model.attention_impl chose
+        print(f'token mixing: {trainer.cfg.token_mixing(config.xla.attention_kernel)}', flush=True)
     if config.data.mixture and runtime.is_main_host:
         print(dataset.describe(), flush=True)
     initialized = initialize_before_start(config, workdir, trainer)

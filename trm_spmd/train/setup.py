@@ -8,7 +8,8 @@ import torch
 from trm_spmd import tasks
 from trm_spmd.model.act import initial_carry
 from trm_spmd.model.config import TRMConfig
-from trm_spmd.model.trm import TRM
+from trm_spmd.model.families import build_model
+from trm_spmd.model.network import RecursiveNetwork
 from trm_spmd.optim import EMA, build_optimizers
 from trm_spmd.train.schedule import train_graphs
 from trm_spmd.train.step import TrainState, make_train_step
@@ -17,7 +18,7 @@ from trm_spmd.train.step import TrainState, make_train_step
 @dataclasses.dataclass
 class Trainer:
     cfg: TRMConfig
-    model: TRM
+    model: RecursiveNetwork   # TRM or URM (model.family)
     optimizers: tuple      # (main optimizer, SignSGD of the puzzle embedding or None)
     ema: EMA | None
 
@@ -53,14 +54,17 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
     cfg = TRMConfig.from_config(config, vocab_size=vocab_size or implied['vocab_size'],
                                 seq_len=seq_len or implied['seq_len'],
                                 num_puzzle_identifiers=num_puzzle_identifiers).with_auto_dtype(runtime.fast_dtype)
+    cfg = cfg.with_auto_attention(runtime.fast_attention)
     torch.manual_seed(config.seed)
-    model = TRM(cfg)
+    model = build_model(cfg)
     if hasattr(runtime, 'checkpoint_fn'):
         model.checkpoint_fn = runtime.checkpoint_fn
     if getattr(runtime, 'float32_weight_grads', False):
         model.use_float32_weight_grads()
     if config.xla.token_mix_kernel:
         model.use_token_mix_kernel(runtime.token_mix_kernel())
+    if config.xla.attention_kernel:
+        model.use_attention_kernel(runtime.attention_kernel())
     model.to(runtime.device)
     optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
