@@ -52,7 +52,7 @@ class TrainBench:
         total_steps = projection.run_steps(config, self.global_batch)
         self.trainer = build_trainer(config, runtime)
         _, self.H, self.L = curriculum_stages(config, total_steps)[0]
-        self.step_fn = compile_train_steps(self.trainer, config, runtime, total_steps)[self.H, self.L]
+        self.step_fn = compile_train_steps(self.trainer, config, runtime, total_steps)[self.H, self.L, False]
         self.state = initial_state(self.trainer, runtime, self.global_batch)
         rows = self.global_batch // runtime.process_count
         rng = np.random.default_rng([config.seed, runtime.process_index])

@@ -40,6 +40,10 @@ from benchmarks import common, projection  # noqa: E402
 from trm_spmd.errors import UserError  # noqa: E402
 
 GRAPHS = ('train_step', 'eval_step', 'ema_swap')
+# On request only: the frozen-trunk step of a post-training run (optim.freeze_trunk_fraction > 0).
+ALL_GRAPHS = GRAPHS + ('train_step_frozen',)
+# Graphs that write the parameters the others read: each traced in a process of its own.
+OWN_PROCESS = ('ema_swap', 'train_step_frozen')
 # The child traces with torch_xla in this environment, as it was before libtpu, loaded here
 # for compiling, set its own variables (TPU_LIBRARY_PATH would make torch_xla load it too).
 _START_ENV = dict(os.environ)
@@ -64,8 +68,9 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     # The steps are traced, not compiled: runtime.compile hands back the step itself, and
     # each graph is read where the compiled function would sync. The EMA swap changes the
     # parameters the other graphs read, so it is traced in a process of its own.
-    if 'ema_swap' in graphs and len(graphs) > 1:
-        raise ValueError('trace ema_swap on its own: it writes the parameters the other graphs read')
+    for name in OWN_PROCESS:
+        if name in graphs and len(graphs) > 1:
+            raise ValueError(f'trace {name} on its own: it writes the parameters the other graphs read')
     runtime.compile = lambda fn, name, max_graphs=None: fn
     runtime.trace_only = True
     batch = config.data.global_batch_size
@@ -81,7 +86,10 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
     # Every transfer and sync happens before the first traced step: a sync later would run
     # the traced graphs on the CPU.
     trainer = build_trainer(config, runtime)
-    train_step = compile_train_steps(trainer, config, runtime, total_steps)[H, L]
+    train_steps = compile_train_steps(trainer, config, runtime, total_steps)
+    train_step = train_steps[H, L, False]
+    if 'train_step_frozen' in graphs and (H, L, True) not in train_steps:
+        raise UserError('--graphs=train_step_frozen: this config has no frozen phase (optim.freeze_trunk_fraction 0)')
     state = initial_state(trainer, runtime, batch)
     train_batch = runtime.put_batch(common.synthetic_batch(rng, batch, config=config))
     evaluator = Evaluator(trainer, config, runtime, common.SyntheticTestSplit(), DifficultyBuckets('difficulty', 'blanks', range(0, 85, 5)), '')
@@ -134,6 +142,15 @@ def trace_graphs(config, runtime, graphs=GRAPHS):
                              {**shared, 'global_batch': batch, 'analytic_flops_per_example': flops_train,
                               'donated_bytes': shared['state_bytes'],
                               'what': 'one training ACT step with its optimizer update and EMA'})
+    if 'train_step_frozen' in graphs:
+        new_state, metrics = train_steps[H, L, True](state, train_batch)
+        tensors = (list(new_state.carry.values()) + [new_state.step] + list(metrics.values())
+                   + trainer.persistent_tensors())
+        out['train_step_frozen'] = (runtime.hlo_module_proto(tensors),
+                                    {**shared, 'global_batch': batch, 'analytic_flops_per_example': flops_train,
+                                     'donated_bytes': shared['state_bytes'],
+                                     'what': 'one training ACT step of the frozen phase: the puzzle embedding alone '
+                                             'trained'})
     if 'ema_swap' in graphs and trainer.ema is not None:
         trainer.ema.swap_into()
         tensors = [p.data for p in trainer.ema.params] + list(trainer.ema.shadow)
@@ -196,7 +213,7 @@ def compile_config(tpu_slice, topo, global_batch, graphs, save_hlo=''):
     """Trace (child process) and compile every graph -> {name: figures}; with save_hlo, the
     traced module (.hlo.pb) and libtpu's optimised one (.optimized.txt) are kept there."""
     from trm_spmd.runtime import tpu_aot
-    groups = [[g for g in graphs if g != 'ema_swap']] + [['ema_swap']] * ('ema_swap' in graphs)
+    groups = [[g for g in graphs if g not in OWN_PROCESS]] + [[g] for g in OWN_PROCESS if g in graphs]
     results = {'_trace_s': 0.0}
     for group in filter(None, groups):
         with tempfile.TemporaryDirectory(prefix='trm_tpu_compile_') as directory:
@@ -416,7 +433,7 @@ def define_flags():
     flags.DEFINE_string('slice', 'v4-64', 'TPU slice to compile for: v4-8 ... v4-512, v5e-1 ... v5e-256')
     flags.DEFINE_integer('global_batch', 0, 'global batch (0: the config\'s data.global_batch_size)')
     flags.DEFINE_integer('eval_batch', 0, 'global eval batch (0: the config\'s eval.global_batch_size)')
-    flags.DEFINE_list('graphs', list(GRAPHS), f'graphs to compile, of {",".join(GRAPHS)}')
+    flags.DEFINE_list('graphs', list(GRAPHS), f'graphs to compile, of {",".join(ALL_GRAPHS)}')
     flags.DEFINE_bool('max_batch', False, 'bisect the largest per-chip batch whose train step fits in HBM')
     flags.DEFINE_integer('max_batch_resolution', 8, 'per-chip batch resolution of --max_batch')
     flags.DEFINE_integer('max_batch_from', 8, 'per-chip batch --max_batch starts doubling from (one that fits)')
@@ -439,9 +456,9 @@ def main(argv):
     if FLAGS.trace_to:
         return _trace_main(FLAGS.trace_to)
     from trm_spmd.runtime import tpu_aot
-    unknown = sorted(set(FLAGS.graphs) - set(GRAPHS))
+    unknown = sorted(set(FLAGS.graphs) - set(ALL_GRAPHS))
     if unknown:
-        raise UserError(f'--graphs: unknown {", ".join(unknown)}; choose from {", ".join(GRAPHS)}')
+        raise UserError(f'--graphs: unknown {", ".join(unknown)}; choose from {", ".join(ALL_GRAPHS)}')
     tpu_slice, topo = slice_topology(FLAGS.slice)
     versions = tpu_aot.check_environment()
     config, overrides = _load()
@@ -473,7 +490,7 @@ def main(argv):
         batch = best * tpu_slice.chips
     compiled = compile_config(tpu_slice, topo, batch, FLAGS.graphs, FLAGS.save_hlo)
     trace_s = compiled.pop('_trace_s')
-    for name in GRAPHS:
+    for name in ALL_GRAPHS:
         if name in compiled:
             lines += report_lines(name, compiled[name], tpu_slice, FLAGS.target_ms)
     results['graphs'] = compiled

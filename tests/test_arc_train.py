@@ -105,6 +105,21 @@ def test_solve_gives_two_voted_attempts_per_test_input(arc_run, tmp_path):
     (tmp_path / 'ragged.json').write_text(json.dumps(puzzles[task_id]))
     ragged = _solve(workdir, f'--task_json={tmp_path / "ragged.json"}')
     assert ragged.returncode == 2 and len(ragged.stderr.strip().splitlines()) == 1, ragged.stderr
+    # A folder: every task in it, and their attempts as an ARC Prize submission.
+    folder = tmp_path / 'folder'
+    folder.mkdir()
+    for name in (task_id, 'unseen1'):
+        (folder / f'{name}.json').write_text(json.dumps(puzzles[sorted(puzzles)[1]]))
+    submission = tmp_path / 'submission.json'
+    both = _solve(workdir, f'--task_json={folder}', f'--submission={submission}')
+    assert both.returncode == 0, both.stderr
+    assert f'task {task_id}' in both.stdout and 'task unseen1' in both.stdout
+    assert 'test inputs with solutions answered right' in both.stdout
+    assert 'warning: task unseen1 is not in the data the run trained on' in both.stderr
+    with open(submission) as f:
+        written = json.load(f)
+    assert sorted(written) == sorted([task_id, 'unseen1'])
+    assert all(sorted(a) == ['attempt_1', 'attempt_2'] for attempts in written.values() for a in attempts)
 
 
 def test_an_official_arc_checkpoint_brings_its_embedding_rows(tmp_path):

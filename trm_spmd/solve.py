@@ -4,6 +4,8 @@
   python -m trm_spmd.solve --checkpoint=runs/quickstart --file=puzzles.txt
   python -m trm_spmd.solve --checkpoint=runs/maze_cpu --puzzle='#S  ...'   (a maze: N*N characters)
   python -m trm_spmd.solve --checkpoint=runs/arc1 --task_json=00576224.json   (ARC: two attempts a test input)
+  python -m trm_spmd.solve --checkpoint=runs/posttrained --task_json=my_tasks/ --submission=submission.json
+      (ARC: every task of a folder, and their attempts in the ARC Prize's submission format)
   python -m trm_spmd.solve --checkpoint=runs/multi_task --task=maze --file=mazes.txt   (one task of a multi-task run)
 
 --checkpoint is a run directory (its newest checkpoint; EMA weights when the run kept
@@ -38,7 +40,7 @@ from trm_spmd.model.act import act_step, initial_carry
 from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.losses import predictions
 from trm_spmd.runtime.native import fast_dtype
-from trm_spmd.tasks.arc import attempts, grid as arc_grid
+from trm_spmd.tasks.arc import attempts, grid as arc_grid, new_tasks
 from trm_spmd.train.data import dataset_dir, member_configs
 
 FLAGS = flags.FLAGS
@@ -50,6 +52,8 @@ flags.DEFINE_bool('stop_when_confident', False, 'stop each puzzle at its first q
 flags.DEFINE_integer('act_steps', 0, 'ACT steps per puzzle (0: the halt_max_steps the model was trained with)')
 flags.DEFINE_string('task_json', None, 'ARC: a task JSON file ({"train": [...], "test": [...]}) or an ARC Prize '
                     'challenges file (with --task_id)')
+flags.DEFINE_string('submission', None, 'ARC: write the attempts at every task solved to this file, in the ARC '
+                    'Prize\'s submission format')
 flags.DEFINE_string('task_id', None, 'ARC: the task to solve in a challenges file (default: the file name)')
 flags.DEFINE_string('task', None, 'a multi-task run (data.mixture): the task of the puzzles (required there)')
 
@@ -225,24 +229,52 @@ def solve_arc(config, state, max_steps, token_map):
     if not FLAGS.task_json:
         raise UserError('an ARC run solves a task: pass --task_json=PATH (a task file, or an ARC Prize '
                         'challenges file with --task_id=ID)')
-    task_id, task = attempts.read_task(FLAGS.task_json, FLAGS.task_id or '')
+    if os.path.isdir(FLAGS.task_json):
+        if FLAGS.task_id:
+            raise UserError(f'--task_id picks a task of a challenges file; {FLAGS.task_json} is a folder: every task '
+                            f'in it is solved')
+        found = new_tasks.read_tasks(FLAGS.task_json)
+        tasks_to_solve = [(task_id, attempts.check_task(task_id, task, FLAGS.task_json))
+                          for task_id, task in found.items()]
+    else:
+        tasks_to_solve = [attempts.read_task(FLAGS.task_json, FLAGS.task_id or '')]
     if token_map is not None:   # the ARC dataset of a multi-task run
         config = next(c for c in member_configs(config) if c.data.task == token_map.name)
     identifiers = fs.join(dataset_dir(config), 'identifiers.json')
     if not fs.exists(identifiers):
         raise UserError(f'{identifiers} not found: solving needs the identifiers of the dataset the run trained on')
     names = json.loads(fs.read_text(identifiers))
-    copies = len(attempts.copies_of(task_id, names))
-    if not copies:
-        print(f'warning: task {task_id} is not in the data the run trained on: it has no puzzle embedding and is '
-              f'answered with the blank one, which TRM does not generalise from', file=sys.stderr)
     model = build_model(config, state, token_map.mixture_seq_len if token_map else arc_grid.GRID * arc_grid.GRID)
 
     def answer(inputs, ids):
         results = solve_task(model, inputs, token_map, max_steps, ids)
         return np.stack([r[0] for r in results]), np.array([r[2] for r in results])
 
-    print(attempts.report(task, attempts.attempt(answer, task_id, task, names), max(copies, 1)))
+    submission, known, right, unseen = {}, 0, 0, []
+    for task_id, task in tasks_to_solve:
+        copies = len(attempts.copies_of(task_id, names))
+        if not copies:
+            unseen.append(task_id)
+        results = attempts.attempt(answer, task_id, task, names)
+        if len(tasks_to_solve) > 1:
+            print(f'task {task_id}')
+        print(attempts.report(task, results, max(copies, 1)))
+        submission[task_id] = attempts.submission_entry(results)
+        k, r = attempts.right_attempts(task, results)
+        known, right = known + k, right + r
+    if len(unseen) == 1:
+        print(f'warning: task {unseen[0]} is not in the data the run trained on: it has no puzzle embedding and is '
+              f'answered with the blank one, which TRM does not generalise from (post-train on it: '
+              f'configs/arc.py:posttrain)', file=sys.stderr)
+    elif unseen:
+        print(f'warning: {len(unseen)} tasks (e.g. {unseen[0]}) are not in the data the run trained on: they have '
+              f'no puzzle embedding and are answered with the blank one, which TRM does not generalise from '
+              f'(post-train on them: configs/arc.py:posttrain)', file=sys.stderr)
+    if len(tasks_to_solve) > 1 and known:
+        print(f'{right} of {known} test inputs with solutions answered right by attempt 1 or 2')
+    if FLAGS.submission:
+        fs.write_text(FLAGS.submission, json.dumps(submission))
+        print(f'submission of {len(submission)} task{"s" * (len(submission) != 1)}: {FLAGS.submission}')
 
 
 def main(argv):

@@ -19,6 +19,7 @@ allowed (bookkeeping, cadence, performance, where it runs):
   train.stop_at_exact_accuracy       when to end early, not what training computes
   eval.global_batch_size, eval.save_outputs, eval.samples, eval.difficulty_buckets, eval.report_act_steps,
   eval.puzzle_ids                    which identifiers an evaluation shows the model, not training
+  eval.arc_solutions                 what an evaluation's answers are scored against, not the answers
   checkpoint.*, logging.*, xla.*, native.*
 allowed only when nothing depends on the run length (train.total_steps, train.epochs):
   extending or shortening a run is safe with a constant learning rate after warmup
@@ -29,7 +30,7 @@ refused (the checkpoints or the numbers depend on them):
   seed, data.* (but prefetch), model.* (but grad_checkpointing and the attention's impl and block),
   act.*, loss.*, optim.*,
   curriculum.*, ema.*, eval.max_examples and eval.act_steps (evaluations would stop being comparable),
-  init_from (picks the starting weights of a new run), runlocal (sizes the whole experiment).
+  init_from and init_puzzle_emb (pick the starting weights of a new run), runlocal (sizes the whole experiment).
 
 When several refused keys changed, the one named is the change that explains the others:
 another task (a config of another family changes many keys), then another model size, then
@@ -52,13 +53,14 @@ ALLOWED = ('name', 'variant', 'mode', 'backend', 'mesh.*', 'model.grad_checkpoin
            'model.attention_block', 'data.prefetch',
            'train.log_every_steps', 'train.eval_every_steps', 'train.eval_every_epochs', 'train.nan_policy',
            'train.stop_at_exact_accuracy', 'eval.global_batch_size', 'eval.save_outputs', 'eval.samples',
-           'eval.difficulty_buckets', 'eval.report_act_steps', 'eval.puzzle_ids',
+           'eval.difficulty_buckets', 'eval.report_act_steps', 'eval.puzzle_ids', 'eval.arc_solutions',
            'checkpoint.*', 'logging.*', 'xla.*', 'native.*')
 RUN_LENGTH = ('train.total_steps', 'train.epochs')
 # key or section -> why a change is refused.
 REFUSED = {
     'seed': 'the data order and the exploration draws follow the seed',
     'init_from': 'it picks the starting weights of a new run, and this run has checkpoints',
+    'init_puzzle_emb': 'it picks the starting puzzle embedding of a new run, and this run has checkpoints',
     'runlocal': 'it sizes the whole experiment',
     'data.task': 'the checkpoints hold a model trained on the old task',
     'data.mixture': 'the checkpoints hold a model trained on the old tasks',
@@ -111,6 +113,9 @@ def _length_dependence(flat):
     """What in this config depends on the run length, or None."""
     if flat.get('optim.lr_min_ratio', 1.0) != 1.0:
         return f'the cosine learning-rate decay (optim.lr_min_ratio={flat["optim.lr_min_ratio"]})'
+    if flat.get('optim.freeze_trunk_fraction', 0.0) > 0:
+        return (f'the frozen first share of the steps (optim.freeze_trunk_fraction='
+                f'{flat["optim.freeze_trunk_fraction"]})')
     if flat.get('curriculum.enabled'):
         return 'the curriculum (its stages start at fractions of the run)'
     if flat.get('act.exploration_prob_final') != flat.get('act.exploration_prob'):

@@ -17,6 +17,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.seed = 0
     c.backend = 'auto'           # 'auto' | 'xla' | 'native' (auto: xla on a TPU VM or with PJRT_DEVICE set)
     c.init_from = ''             # '' | a trm_spmd checkpoint dir | 'official:PATH' (a TinyRecursiveModels or URM checkpoint)
+    c.init_puzzle_emb = 'keep'   # init_from's puzzle embedding: 'keep' (same dataset) | a new table for this
+    #                              run's dataset (post-training on new tasks), rows 'mean' (of the trained) |
+    #                              'zero' | 'random' (trm_spmd/train/posttrain.py)
 
     # ---- data --------------------------------------------------------------
     c.data = d = ml_collections.ConfigDict()
@@ -99,6 +102,7 @@ def default_config() -> ml_collections.ConfigDict:
     o.lr_min_ratio = 1.0         # cosine floor as a fraction of lr (1.0: constant after warmup)
     o.grad_clip = 0.0            # global-norm clip; 0 disables
     o.grad_accum_steps = 1       # micro-batches per optimizer step
+    o.freeze_trunk_fraction = 0.0  # first share of the steps that train the puzzle embedding alone (post-training)
 
     c.train = t = ml_collections.ConfigDict()
     t.epochs = 50000             # passes over the training groups (the reference's unit)
@@ -131,6 +135,8 @@ def default_config() -> ml_collections.ConfigDict:
     v.difficulty_buckets = ()    # rating bucket edges; () picks defaults from the data
     v.act_steps = 0              # ACT steps every test puzzle runs; 0: act.halt_max_steps (test-time recursion: more)
     v.report_act_steps = ()      # at the end (and in eval mode) also after these ACT steps, e.g. (1, 2, 4, 8, 16, 32)
+    v.arc_solutions = ''         # arc: test outputs of a new-tasks dataset to score against (a folder of task
+    #                              JSONs, a solutions file); '': its submission only
     v.puzzle_ids = 'trained'     # identifiers the model sees: 'trained' | 'blank' | 'random' (an ablation)
 
     # ---- device mesh --------------------------------------------------------

@@ -99,6 +99,10 @@ def validate(config, device_count=None, process_count=1):
     _check(o.warmup_steps >= 0, f'optim.warmup_steps={o.warmup_steps} must be >= 0')
     _check(0.0 <= o.lr_min_ratio <= 1.0, f'optim.lr_min_ratio={o.lr_min_ratio} must be in [0, 1]')
     _check(o.grad_accum_steps >= 1, f'optim.grad_accum_steps={o.grad_accum_steps} must be >= 1')
+    _check(0.0 <= o.freeze_trunk_fraction < 1.0,
+           f'optim.freeze_trunk_fraction={o.freeze_trunk_fraction} must be in [0, 1) (the share of the steps that '
+           f'train the puzzle embedding alone)')
+    _one_of(c.init_puzzle_emb, 'init_puzzle_emb', ('keep', 'mean', 'zero', 'random'))
     _check(0.0 <= c.ema.decay < 1.0, f'ema.decay={c.ema.decay} must be in [0, 1)')
 
     t = c.train

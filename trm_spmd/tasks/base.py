@@ -77,10 +77,15 @@ class Task:
         """A few words on what build_generated makes, for the run's log."""
         raise NotImplementedError
 
-    def scorer(self, dataset_dir, test_split):
+    def scorer(self, dataset_dir, test_split, solutions=''):
         """The task's own score of an evaluation, beside exact accuracy: an object with
         add(example_indices, predictions, q_halt_logits) and result() -> (metrics, submission);
-        None when exact accuracy is the whole story."""
+        None when exact accuracy is the whole story. solutions: eval.arc_solutions."""
+        return None
+
+    def trained_tasks_line(self, dataset_dir, pretrained_dir):
+        """Post-training on new tasks: a `warning:` line when the dataset's tasks were in the
+        pretrained run's dataset (their trained rows are replaced), else None."""
         return None
 
     # ---- one puzzle at a time (solve) ---------------------------------------------------

@@ -9,6 +9,7 @@ Randomness needs no state: exploration draws and data order are functions of (se
 so the step is the whole position of a run.
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -18,6 +19,7 @@ from trm_spmd import fs
 from trm_spmd.checkpoint import open_reader, to_numpy_tree
 from trm_spmd.errors import UserError
 from trm_spmd.model.trm import PUZZLE_EMB
+from trm_spmd.train.posttrain import replace_puzzle_table
 
 FORMAT = 1
 _RESUME_HINT = 'resume with the config the run was started with'
@@ -92,20 +94,46 @@ def restore_state(trainer, tree, state, runtime):
     return state._replace(carry={k: placed[k].to(v.dtype) for k, v in state.carry.items()})
 
 
-def initialize_from(source, trainer):
+def _official_state(path, cfg, new_table):
+    """An official checkpoint's state for TRM(cfg); with new_table, its own puzzle-embedding
+    rows however many there are (post-training replaces them: posttrain.py)."""
+    from trm_spmd.model.official import load_official
+    if not os.path.exists(path):
+        raise UserError(f'official checkpoint not found: {path}')
+    if not new_table:
+        return load_official(path, cfg)
+    state = torch.load(path, map_location='cpu', weights_only=True)
+    rows = [v.shape[0] for k, v in state.items() if k.endswith('puzzle_emb.weights')]
+    return load_official(state, dataclasses.replace(cfg, num_puzzle_identifiers=rows[0]) if rows else cfg)
+
+
+def _split_table(weights, new_table, what):
+    """(weights less the puzzle embedding, its table) when a new table replaces it, else (weights, None)."""
+    if not new_table:
+        return weights, None
+    weights = dict(weights)
+    if PUZZLE_EMB not in weights:
+        raise UserError(f'{what} has no puzzle embedding to build the new rows from: leave init_puzzle_emb=keep')
+    table = weights.pop(PUZZLE_EMB)
+    return weights, table
+
+
+def initialize_from(source, trainer, puzzle_rows='keep', seed=0):
     """Weights (and EMA) from 'official:PATH', a trm_spmd run directory, a directory of its
     checkpoint steps, or one step directory. The source is read and never changed (it may be
     a live run): its newest checkpoint that passes every check, damaged ones reported and
-    skipped. A source that cannot be used is one UserError saying what is wrong with it."""
+    skipped. A source that cannot be used is one UserError saying what is wrong with it.
+    puzzle_rows other than 'keep': the puzzle embedding is a new table for this run's dataset,
+    its rows from the source's by that rule (posttrain.py); the rest is loaded as it is."""
     model, ema = trainer.model, trainer.ema
+    new_table = puzzle_rows != 'keep'
     if source.startswith('official:'):
-        from trm_spmd.model.official import load_official
-        path = source[len('official:'):]
-        if not os.path.exists(path):
-            raise UserError(f'official checkpoint not found: {path}')
-        state = load_official(path, trainer.cfg)
-        _load_model(model, {k: v.float().numpy() if v.dtype == torch.bfloat16 else v.numpy()
-                            for k, v in state.items()})
+        state = _official_state(source[len('official:'):], trainer.cfg, new_table)
+        state, table = _split_table({k: v.float().numpy() if v.dtype == torch.bfloat16 else v.numpy()
+                                     for k, v in state.items()}, new_table, source)
+        _load_model(model, state)
+        if new_table:
+            replace_puzzle_table(model, table, puzzle_rows, seed)
         if ema is not None:
             # An official checkpoint already holds the averaged weights.
             _load_ema(ema, {n: p.detach().cpu() for n, p in model.named_main_parameters()})
@@ -126,7 +154,10 @@ def initialize_from(source, trainer):
                 raise UserError(f'{what}: no checkpoint there: pass a run directory with checkpoints, a checkpoint '
                                 f'directory or official:PATH')
             tree = found.tree
-    _load_model(model, tree['model'], f'{what}: its checkpoint',
+    weights, table = _split_table(tree['model'], new_table, what)
+    _load_model(model, weights, f'{what}: its checkpoint',
                 'it was trained with another model: use the config it was trained with (its config.json)')
+    if new_table:
+        replace_puzzle_table(model, table, puzzle_rows, seed)
     if ema is not None:
         _load_ema(ema, tree.get('ema') or {n: p.detach().cpu().numpy() for n, p in model.named_main_parameters()})

@@ -72,7 +72,7 @@ class Dataset:
 
     def scorer(self):
         """(task name, a fresh scorer of the test split) for one evaluation, or (name, None)."""
-        return self.task.name, self.task.scorer(self.path, self.test)
+        return self.task.name, self.task.scorer(self.path, self.test, self.config.eval.arc_solutions)
 
     def eval_batches(self):
         c = self.config

@@ -25,8 +25,9 @@ from trm_spmd.runtime import create_runtime
 from trm_spmd.train.checkpoint_io import checkpoint_tree, initialize_from, restore_state
 from trm_spmd.train.data import open_dataset
 from trm_spmd.train.metrics import MetricWriter, TrainLog, read_metrics
+from trm_spmd.train.posttrain import trained_tasks_warning
 from trm_spmd.train.run_record import RunRecord
-from trm_spmd.train.schedule import curriculum_stages, itstime, schedule_steps, stage_at
+from trm_spmd.train.schedule import curriculum_stages, frozen_trunk_steps, graph_at, itstime, schedule_steps
 from trm_spmd.train.setup import build_trainer, compile_train_steps, initial_state, settle
 
 
@@ -99,19 +100,29 @@ def checkpoints_complete(checkpointer, exchange):
         raise fs.StorageError(line)
 
 
+def _puzzle_rows(config):
+    """How init_from's puzzle embedding starts this run: config.init_puzzle_emb when training
+    (a new table for new tasks), as saved when evaluating (a post-trained run is evaluated
+    with its own rows)."""
+    return config.init_puzzle_emb if config.mode == 'train' else 'keep'
+
+
 def initialize_before_start(config, workdir, trainer):
     """Loads config.init_from into the trainer when the workdir holds no checkpoint to resume
     from, before anything is written: a source that cannot be used stops the run in one line
     and leaves no workdir behind. Returns whether it did."""
-    if not (config.init_from or config.mode == 'eval'):
+    if not (config.init_from or config.mode == 'eval' or _puzzle_rows(config) != 'keep'):
         return False
     with CheckpointReader(workdir) as own:
         if own.all_steps():
             return False   # the workdir's own checkpoints come first: the run resumes
+    if not config.init_from and _puzzle_rows(config) != 'keep':
+        raise UserError(f'init_puzzle_emb={config.init_puzzle_emb} post-trains a trained run on new tasks: pass '
+                        f'--config.init_from=PRETRAINED_RUN (a run directory, or official:PATH)')
     if not config.init_from:
         raise UserError(f'mode=eval evaluates config.init_from, or the workdir\'s newest checkpoint, and {workdir} '
                         f'has none: pass --config.init_from=RUN_DIR (or official:PATH)')
-    initialize_from(config.init_from, trainer)
+    initialize_from(config.init_from, trainer, _puzzle_rows(config), config.seed)
     return True
 
 
@@ -132,6 +143,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     loader = dataset.train_batches()
     total_steps, eval_every = schedule_steps(config, dataset.epoch_examples)
     stages = curriculum_stages(config, total_steps)
+    frozen_steps = frozen_trunk_steps(config, total_steps)
     batch_size = config.data.global_batch_size
 
     # ---- model, optimizers, EMA and the compiled steps -----------------------------------
@@ -147,6 +159,13 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
     if config.data.mixture and runtime.is_main_host:
         print(dataset.describe(), flush=True)
     initialized = initialize_before_start(config, workdir, trainer)
+    if initialized and _puzzle_rows(config) != 'keep' and runtime.is_main_host:
+        warning = trained_tasks_warning(config, getattr(dataset, 'path', ''))
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+    if frozen_steps and runtime.is_main_host:
+        print(f'steps 1-{frozen_steps} of {total_steps} train the puzzle embedding alone (the network frozen: '
+              f'optim.freeze_trunk_fraction={config.optim.freeze_trunk_fraction:g}), the rest everything', flush=True)
 
     # ---- the run directory: a lease on it, its record, checkpoints and metrics ------------
     with contextlib.ExitStack() as cleanup:
@@ -186,7 +205,7 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
                     checkpointer.save(step, restored.tree, restored.meta, restored.meta['eval'])
             elif config.init_from or config.mode == 'eval':
                 if not initialized:   # the workdir's checkpoints were gone by the time the run held it
-                    initialize_from(config.init_from or workdir, trainer)
+                    initialize_from(config.init_from or workdir, trainer, _puzzle_rows(config), config.seed)
                 print(f'initialised weights from {config.init_from or workdir}', flush=True)
             settle(trainer, runtime)
             if config.mode == 'eval':
@@ -212,7 +231,8 @@ def train_and_evaluate(config, workdir, source=None, takeover_stale_lease=False)
             pending = []   # each step's metrics, on the device until the next read
             while step < total_steps:
                 batch = runtime.put_batch(next(batches))   # this host's rows -> one global batch sharded along `data`
-                state, metrics = train_steps[stage_at(stages, step)](state, batch)   # every device, one graph
+                step_fn = train_steps[graph_at(stages, frozen_steps, step)]
+                state, metrics = step_fn(state, batch)   # every device, one graph
                 step += 1
                 pending.append(metrics)
                 evaluate = itstime(step, eval_every, total_steps)

@@ -290,12 +290,16 @@ class TrainLog:
     def print_eval(self, step, metrics):
         if self.runtime.is_main_host:
             scores = ''.join(f', {key[len("eval/"):]} {metrics[key]:.4f}' for key in task_scores(metrics))
-            print(f'eval at step {step}: exact accuracy {metrics["eval/exact_accuracy"]:.4f}, '
-                  f'token accuracy {metrics["eval/accuracy"]:.4f}{scores}', flush=True)
+            if metrics.get('eval/count', 1):
+                accuracy = (f'exact accuracy {metrics["eval/exact_accuracy"]:.4f}, '
+                            f'token accuracy {metrics["eval/accuracy"]:.4f}')
+            else:   # a test split without answers (new tasks): only the task's own scores mean anything
+                accuracy = 'test split without answers'
+            print(f'eval at step {step}: {accuracy}{scores}', flush=True)
 
 
 # A mixture's per-task copies of the generic eval metrics the progress line leaves out.
-_TASK_DETAIL = ('accuracy', 'q_halt_accuracy', 'steps', 'lm_loss', 'count', 'tasks')
+_TASK_DETAIL = ('accuracy', 'q_halt_accuracy', 'steps', 'lm_loss', 'count', 'tasks', 'tasks_with_solutions')
 
 
 def task_scores(metrics):

@@ -1,4 +1,7 @@
-"""When things happen in a run: its length, the eval cadence, curriculum stages, itstime."""
+"""When things happen in a run: its length, the eval cadence, curriculum stages, the frozen
+first share of a post-training run, itstime."""
+
+import math
 
 
 def schedule_steps(config, epoch_examples, global_batch=None):
@@ -22,6 +25,23 @@ def curriculum_stages(config, total_steps):
 def stage_at(stages, step):
     """(H_cycles, L_cycles) of the stage that trains step `step` (0-based)."""
     return next((h, l) for first, h, l in reversed(stages) if step >= first)
+
+
+def frozen_trunk_steps(config, total_steps):
+    """Steps at the start of the run that train the puzzle embedding alone (the public
+    post-training recipe's freeze_trunk_until_step: ceil of the share of the steps)."""
+    return min(math.ceil(config.optim.freeze_trunk_fraction * total_steps), total_steps)
+
+
+def train_graphs(config, total_steps):
+    """[(H_cycles, L_cycles, trunk_frozen)]: the distinct train steps a run compiles."""
+    frozen = (True, False) if frozen_trunk_steps(config, total_steps) else (False,)
+    return list(dict.fromkeys((H, L, f) for _, H, L in curriculum_stages(config, total_steps) for f in frozen))
+
+
+def graph_at(stages, frozen_steps, step):
+    """The (H_cycles, L_cycles, trunk_frozen) of the train step that trains step `step` (0-based)."""
+    return (*stage_at(stages, step), step < frozen_steps)
 
 
 def itstime(step, every, total_steps):

