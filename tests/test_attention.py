@@ -81,9 +81,9 @@ def _step_outputs(cfg):
     torch.manual_seed(0)
     model = TRM(cfg)
     batch = 3
-    z = [model.H_init.expand(batch, cfg.total_len, -1).clone(), model.L_init.expand(batch, cfg.total_len, -1).clone()]
+    states = {name: init.expand(batch, cfg.total_len, -1).clone() for name, init in model.initial_states().items()}
     inputs = torch.randint(1, cfg.vocab_size, (batch, cfg.seq_len))
-    _, _, logits, q_halt, _ = model(*z, inputs, torch.zeros(batch, dtype=torch.int32))
+    _, logits, q_halt, _ = model(states, inputs, torch.zeros(batch, dtype=torch.int32))
     (logits.square().mean() + q_halt.sum()).backward()
     return logits, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
