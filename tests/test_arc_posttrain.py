@@ -5,7 +5,6 @@ with exact resume in either phase."""
 
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from trm_spmd.train.posttrain import new_puzzle_table
 
 from conftest import REPO, random_host_batch
 from test_lifecycle import final_state, flatten
+from test_posttrain import resumed_copy
 
 
 def _task(salt, tests=1, outputs=True):
@@ -274,15 +274,7 @@ def test_posttrain_from_a_run_answers_the_new_tasks_and_resumes_exactly(pretrain
     # Resumed from step 2 (frozen, 4 frozen steps) and from step 6 (everything): the straight run's end.
     _, straight, _ = final_state(workdir)
     for start in (2, 6):
-        copy = tmp_path / f'from{start}'
-        shutil.copytree(workdir, copy)
-        for step in os.listdir(copy / 'checkpoints'):
-            if step.isdigit() and int(step) > start:
-                shutil.rmtree(copy / 'checkpoints' / step)
-        shutil.rmtree(copy / 'checkpoints_best', ignore_errors=True)
-        for name in ('lease.json', '.lease.lock'):
-            if os.path.exists(copy / name):
-                os.remove(copy / name)
+        copy = resumed_copy(workdir, tmp_path / f'from{start}', start)
         train_and_evaluate(posttrain_config(dataset, str(pretrained)), str(copy))
         step, resumed, _ = final_state(copy)
         assert step == 8

@@ -29,7 +29,7 @@ def _posttrain(init_from):
                       'checkpoint.keep': 4})
 
 
-def _resumed_from(workdir, copy, start):
+def resumed_copy(workdir, copy, start):
     """A copy of a finished run that resumes from its checkpoint `start`."""
     shutil.copytree(workdir, copy)
     for step in os.listdir(copy / 'checkpoints'):
@@ -66,7 +66,7 @@ def test_post_training_resumes_exactly_in_either_phase(tmp_path, capsys):
                 assert np.asarray(value).tobytes() == np.asarray(flatten(frozen[part])[name]).tobytes(), (part, name)
     assert not np.array_equal(frozen['model']['puzzle_emb'], straight['model']['puzzle_emb'])
     for start in (2, 6):   # the middle of the frozen phase (steps 1-4), of the full one
-        copy = _resumed_from(workdir, tmp_path / f'from{start}', start)
+        copy = resumed_copy(workdir, tmp_path / f'from{start}', start)
         train_and_evaluate(_posttrain(str(source)), str(copy))
         step, resumed, _ = final_state(copy)
         assert step == 8
