@@ -4,6 +4,7 @@ Tests that need another device count (1, 64) run in their own process (see run_i
 """
 
 import hashlib
+import json
 import http.server
 import os
 import subprocess
@@ -40,6 +41,19 @@ def run_in_subprocess(args, devices, timeout=600, cwd=REPO, env=None):
     full_env = dict(os.environ, CPU_NUM_DEVICES=str(devices), PJRT_DEVICE='CPU', **(env or {}))
     return subprocess.run([sys.executable, *args], cwd=cwd, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def assert_compiled_once_on_the_device(workdir, steps):
+    """A run of `steps` train steps, logged every step with an evaluation at step 5, compiled
+    nothing after its warm-up, fell back to the CPU for no op and synced the host a fixed
+    number of times per step (its metrics.jsonl)."""
+    with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+        train = [r for r in map(json.loads, f) if 'train/loss' in r]
+    assert [r['step'] for r in train] == list(range(1, steps + 1))
+    # Warm-up: the first train step and the first evaluation (step 5), read at step 6.
+    assert len({r['xla/uncached_compiles'] for r in train if r['step'] >= 6}) == 1
+    assert all(r['xla/cpu_fallback_ops'] == 0 for r in train)
+    assert len({r['xla/host_syncs'] for r in train}) == 1
 
 
 # Overrides under which one optimizer update is about lr x gradient (AdamW with eps 1): a

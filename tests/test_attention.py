@@ -1,7 +1,6 @@
 """model.attention_impl: the blockwise attention (trm_spmd/model/attention.py) computes what the dense one
 does, with a mask skips the blocks it hides, and on the SPMD path compiles once and runs on the device."""
 
-import json
 import os
 
 import pytest
@@ -13,7 +12,7 @@ from trm_spmd.model import attention
 from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.train.loop import train_and_evaluate
 
-from conftest import REPO
+from conftest import REPO, assert_compiled_once_on_the_device
 
 
 def operands(length, batch=2, heads=3, dim=16, seed=0):
@@ -136,10 +135,4 @@ def test_the_blockwise_step_compiles_once_and_runs_on_the_device(tmp_path, capsy
                                        'checkpoint.keep_best': 0})
     train_and_evaluate(config, str(tmp_path))
     assert 'token mixing: self-attention, blockwise (16-position blocks' in capsys.readouterr().out
-    with open(os.path.join(tmp_path, 'metrics.jsonl')) as f:
-        train = [r for r in map(json.loads, f) if 'train/loss' in r]
-    assert [r['step'] for r in train] == list(range(1, 11))
-    # Warm-up: the first train step and the first evaluation (step 5), read at step 6.
-    assert len({r['xla/uncached_compiles'] for r in train if r['step'] >= 6}) == 1
-    assert all(r['xla/cpu_fallback_ops'] == 0 for r in train)
-    assert len({r['xla/host_syncs'] for r in train}) == 1
+    assert_compiled_once_on_the_device(str(tmp_path), 10)

@@ -1,7 +1,5 @@
 """Attention restricted to a structure (model.attention_mask): what a cell can see, and nothing else changes."""
 
-import json
-import os
 import subprocess
 import sys
 
@@ -15,7 +13,7 @@ from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.model.config import ModelConfigError
 from trm_spmd.train.loop import train_and_evaluate
 
-from conftest import REPO
+from conftest import REPO, assert_compiled_once_on_the_device
 
 PREFIX = 2
 SMALL = dict(hidden_size=32, num_heads=4, expansion=2.0, L_layers=1, H_cycles=1, L_cycles=1, mlp_t=False,
@@ -172,10 +170,4 @@ def test_masked_step_compiles_once_and_runs_on_the_device(tmp_path):
     config.update_from_flattened_dict({'train.total_steps': 10, 'train.eval_every_steps': 5,
                                        'train.log_every_steps': 1, 'checkpoint.keep_best': 0})
     train_and_evaluate(config, str(tmp_path))
-    with open(os.path.join(tmp_path, 'metrics.jsonl')) as f:
-        train = [r for r in map(json.loads, f) if 'train/loss' in r]
-    assert [r['step'] for r in train] == list(range(1, 11))
-    # Warm-up: the first train step and the first evaluation (step 5), read at step 6.
-    assert len({r['xla/uncached_compiles'] for r in train if r['step'] >= 6}) == 1
-    assert all(r['xla/cpu_fallback_ops'] == 0 for r in train)
-    assert len({r['xla/host_syncs'] for r in train}) == 1
+    assert_compiled_once_on_the_device(str(tmp_path), 10)
