@@ -14,6 +14,7 @@ from trm_spmd.model import (URM, TRMConfig, act_step, build_model, counter_unifo
 from trm_spmd.model.layers import ConvSwiGLU, DepthwiseConv, rms_norm
 
 from conftest import REPO
+from test_model import make_batch   # the same 81-position batches as the TRM tests
 
 SEQ = 81
 TINY = dict(family='urm', mlp_t=False, pos_encodings='rope', hidden_size=32, num_heads=4, expansion=2.0,
@@ -24,13 +25,6 @@ TINY = dict(family='urm', mlp_t=False, pos_encodings='rope', hidden_size=32, num
 def tiny(**overrides):
     torch.manual_seed(0)
     return URM(TRMConfig(**{**TINY, **overrides}))
-
-
-def make_batch(b, seed, vocab=11):
-    g = torch.Generator().manual_seed(seed)
-    return {'inputs': torch.randint(1, vocab, (b, SEQ), generator=g, dtype=torch.int32),
-            'labels': torch.randint(2, vocab, (b, SEQ), generator=g, dtype=torch.int32),
-            'puzzle_identifiers': torch.zeros(b, dtype=torch.int32)}
 
 
 def reference_conv(x, weight, bias):
