@@ -15,6 +15,11 @@ os.environ.setdefault('PJRT_DEVICE', 'CPU')
 os.environ.setdefault('CPU_NUM_DEVICES', '8')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# Every graph XLA compiles for the CPU is JIT code in some hundred memory maps, kept while
+# torch_xla caches the graph (1,024 by default). The suite compiles well over a thousand in
+# this one process: past the kernel's 65,530 maps per process the next compile segfaults.
+# Keeping the newest 64 bounds the maps; a graph evicted and needed again is recompiled.
+os.environ.setdefault('XLA_COMPILATION_CACHE_SIZE', '64')
 
 import pytest  # noqa: E402
 

@@ -118,14 +118,8 @@ def test_accumulated_micro_batches_update_as_the_whole_batch_one_at_a_time():
 
 @pytest.mark.slow
 def test_gradient_checkpointing_changes_memory_not_numbers(tmp_path, three_steps):
-    # In a process of its own: compiled in the test process after the rest of the suite, this
-    # step has crashed torch_xla 2.9's CPU compiler (a segfault), which alone it never does.
-    workdir = tmp_path / 'remat'
-    overrides = {**THREE_STEPS, 'model.grad_checkpointing': True}
-    done = run_in_subprocess(['-m', 'trm_spmd.main', '--config=configs/baseline.py:runlocal', f'--workdir={workdir}',
-                              *(f'--config.{k}={v}' for k, v in overrides.items())], devices=8, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    remat = train_lines(read_metrics(workdir))
+    config = runlocal(**THREE_STEPS, **{'model.grad_checkpointing': True})
+    remat = train_lines(read_metrics(_run(tmp_path / 'remat', config)))
     assert len(remat) == 3
     for a, b in zip(three_steps, remat):
         assert a['train/loss'] == pytest.approx(b['train/loss'], abs=1e-5)
