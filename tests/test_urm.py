@@ -74,17 +74,19 @@ def test_depthwise_conv_is_the_references_conv1d():
     xb = x.to(torch.bfloat16)
     expected = reference_conv(xb, conv.weight.to(torch.bfloat16), conv.bias.to(torch.bfloat16))
     assert torch.equal(conv(xb), expected)
-    # A float32 sum that lands on a tie between two bfloat16 values rounds as the depthwise
-    # convolution's does (bias, then the taps in order; summing the taps first rounds this one
-    # up to 0.39453125). Channel 0 of 8: one channel alone takes torch's dense convolution path.
+    # A float32 sum that lands on a tie between two bfloat16 values: the bias, then the taps in
+    # order, rounded once (the reference on a GPU, and torch's CPU convolution on some CPUs; on
+    # others its kernels sum the taps first, which rounds this one up to 0.39453125).
     tie = DepthwiseConv(8)
     with torch.no_grad():
         tie.weight[0] = torch.tensor([[0.0128173828125, 0.01556396484375]])
         tie.bias[0] = 0.392578125
     x_tie = torch.randn(1, 2, 8).to(torch.bfloat16)
     x_tie[0, :, 0] = torch.tensor([0.0269775390625, 0.04052734375])
-    expected = reference_conv(x_tie, tie.weight.to(torch.bfloat16), tie.bias.to(torch.bfloat16))
-    assert expected[0, 1, 0].item() == 0.392578125 and torch.equal(tie(x_tie), expected)
+    p0, p1 = (x_tie[0, :, 0].float() * tie.weight[0, 0].bfloat16().float()).unbind()   # exact in float32
+    b = tie.bias[0].bfloat16().float()
+    assert ((b + p0) + p1).bfloat16().item() == 0.392578125 and (b + (p0 + p1)).bfloat16().item() == 0.39453125
+    assert tie(x_tie)[0, 1, 0].item() == 0.392578125
     # Position 0 sees no previous position: w1 * x[0] + b.
     torch.testing.assert_close(conv(x)[:, 0], x[:, 0] * conv.weight[:, 0, 1] + conv.bias)
 
