@@ -12,7 +12,7 @@ from trm_spmd.model import attention
 from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.train.loop import train_and_evaluate
 
-from conftest import REPO, assert_compiled_once_on_the_device
+from conftest import REPO, UPDATE_IS_GRADIENT, assert_compiled_once_on_the_device, one_train_step, random_host_batch
 
 
 def operands(length, batch=2, heads=3, dim=16, seed=0):
@@ -136,3 +136,26 @@ def test_the_blockwise_step_compiles_once_and_runs_on_the_device(tmp_path, capsy
     train_and_evaluate(config, str(tmp_path))
     assert 'token mixing: self-attention, blockwise (16-position blocks' in capsys.readouterr().out
     assert_compiled_once_on_the_device(str(tmp_path), 10)
+
+
+def _blockwise_update(recompute):
+    config = load_config(f'{REPO}/configs/maze.py:runlocal')
+    config.update_from_flattened_dict({'model.attention_impl': 'blockwise', 'model.attention_block': 256,
+                                       'xla.attention_recompute': recompute, 'data.global_batch_size': 16,
+                                       **UPDATE_IS_GRADIENT})
+    return config, one_train_step(config, random_host_batch(config, 16))
+
+
+@pytest.mark.slow
+def test_the_recompute_barrier_changes_when_not_what_the_backward_computes():
+    _, (before, plain, plain_proto) = _blockwise_update(False)
+    config, (start, forced, proto) = _blockwise_update(True)
+    # One barrier per attention of the gradient cycle (its L_cycles + 1 network calls), none without.
+    barriers = lambda p: p.count(b'\x0bopt-barrier')   # noqa: E731
+    assert barriers(plain_proto) == 0
+    assert barriers(proto) == (config.model.L_cycles + 1) * config.model.L_layers
+    for name, p in plain.items():
+        torch.testing.assert_close(start[name], before[name], rtol=0, atol=0)
+        assert (p - before[name]).abs().max() > 0, name
+        torch.testing.assert_close(forced[name], p, rtol=1e-5, atol=1e-6)
+

@@ -164,6 +164,8 @@ def default_config() -> ml_collections.ConfigDict:
     x.max_different_graphs = 8
     x.token_mix_kernel = False   # each block's token-mixing sublayer (model.mlp_t) as Pallas kernels; TPU only
     x.attention_kernel = False   # self-attention (model.mlp_t=False) as fused flash-attention Pallas kernels; TPU only
+    x.attention_recompute = True  # blockwise attention's backward recomputes its score blocks behind a barrier, so the
+    #                               compiler cannot keep the forward's alive: less memory, no longer a step (benchmarks/README.md)
 
     c.native = n = ml_collections.ConfigDict()
     n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...

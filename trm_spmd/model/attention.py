@@ -15,7 +15,10 @@ blockwise  the flash-attention scheme as plain torch for XLA to compile (static 
            probabilities from them, in two passes that each contract the scores along their
            last axis: dq by query blocks ([queries, keys]), dk and dv by key blocks ([keys,
            queries]), which spares XLA the transposed copies of [L, L] tensors a joint pass
-           makes. Nothing of size [L, L] outlives a block.
+           makes. Nothing of size [L, L] outlives a block, provided the recomputation is not
+           undone: a compiler that merges equal subexpressions (XLA) finds the backward's
+           blocks equal to the forward's and keeps the forward's float32 scores alive until
+           the backward, unless a barrier separates them (`barrier`, xla.attention_recompute).
            A mask's schedule is made once, on the host: key blocks a query block cannot see
            are skipped, and spans it covers whole need no mask.
 
@@ -162,13 +165,13 @@ def _forward_block(q, k, v, mask, block, scale):
 
 class _Blockwise(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, mask, plan):
+    def forward(ctx, q, k, v, mask, plan, barrier):
         scale = q.shape[-1] ** -0.5
         parts = [_forward_block(q, k, v, mask, block, scale) for block in plan.blocks]
         out = torch.cat([o for o, _ in parts], dim=-2) if len(parts) > 1 else parts[0][0]
         lse = torch.cat([l for _, l in parts], dim=-2) if len(parts) > 1 else parts[0][1]
         ctx.save_for_backward(q, k, v, out, lse, mask)
-        ctx.plan = plan
+        ctx.plan, ctx.barrier = plan, barrier
         return out
 
     @staticmethod
@@ -177,6 +180,11 @@ class _Blockwise(torch.autograd.Function):
         plan = ctx.plan
         scale = q.shape[-1] ** -0.5
         grad_out = grad_out.to(q.dtype)
+        if ctx.barrier is not None:
+            # The recomputed blocks then read values that exist only once the output's
+            # gradient does: a compiler can neither merge them with the forward's blocks
+            # (which would keep those alive until here) nor compute them early.
+            q, k, v, out, lse, grad_out = ctx.barrier([q, k, v, out, lse, grad_out])
         # d softmax: dS = P * (dP - rowsum(dO * O)).
         delta = (_wide(grad_out) * _wide(out)).sum(-1, keepdim=True)
         # Two passes, each block's scores recomputed in the orientation its products contract:
@@ -218,13 +226,15 @@ class _Blockwise(torch.autograd.Function):
         def whole(parts, like):
             return (torch.cat(parts, dim=-2) if len(parts) > 1 else parts[0]).to(like.dtype)
 
-        return whole(dq, q), whole(dk, k), whole(dv, v), None, None
+        return whole(dq, q), whole(dk, k), whole(dv, v), None, None, None
 
 
-def blockwise(q, k, v, mask=None, plan=None, block=BLOCK):
+def blockwise(q, k, v, mask=None, plan=None, block=BLOCK, barrier=None):
     """softmax(q k^T / sqrt(d), masked) v for q, k, v [..., L, d] by blocks of queries (see the
     module's docstring). `plan`: schedule(L, mask, ...), made once on the host; without a mask
-    it may be left out (then made here, with `block`)."""
+    it may be left out (then made here, with `block`). `barrier`: fn(tensors) -> tensors that
+    nothing may read before all of them exist (Runtime.serialize); given, the backward pass
+    recomputes its blocks behind it, from the output's gradient on."""
     length = q.shape[-2]
     if plan is None:
         if mask is not None:
@@ -235,7 +245,7 @@ def blockwise(q, k, v, mask=None, plan=None, block=BLOCK):
         raise ValueError(f'attention schedule for {plan.length} positions used on {length}')
     if mask is None:
         mask = q.new_ones((1, 1), dtype=torch.bool)   # read by no span (none is masked)
-    return _Blockwise.apply(q, k, v, mask, plan)
+    return _Blockwise.apply(q, k, v, mask, plan, barrier)
 
 
 def dense(q, k, v, mask=None):

@@ -198,6 +198,8 @@ class Attention(nn.Module):
     sequence length and mask this layer sees (attention.schedule; may be None without a mask).
     kernel_fn (set by a backend, TRM.use_attention_kernel): fn(q, k, v, mask) -> the attention
     output [B, H, L, Dh] computed by a kernel, in place of impl.
+    recompute_barrier (set by a backend, TRM.use_attention_recompute): the blockwise backward's
+    barrier (attention.blockwise), which keeps a compiler from reusing the forward's blocks.
     """
 
     def __init__(self, hidden_size, num_heads, impl='dense', plan=None):
@@ -209,6 +211,7 @@ class Attention(nn.Module):
         self.impl = impl
         self.plan = plan
         self.kernel_fn = None
+        self.recompute_barrier = None
         self.qkv_proj = CastedLinear(hidden_size, 3 * hidden_size)
         self.o_proj = CastedLinear(hidden_size, hidden_size)
 
@@ -222,7 +225,7 @@ class Attention(nn.Module):
         if self.kernel_fn is not None:
             out = self.kernel_fn(q, k, v, mask)
         elif self.impl == 'blockwise':
-            out = attention.blockwise(q, k, v, mask, self.plan)
+            out = attention.blockwise(q, k, v, mask, self.plan, barrier=self.recompute_barrier)
         else:
             out = attention.dense(q, k, v, mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, n, d))

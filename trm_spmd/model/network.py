@@ -120,6 +120,15 @@ class RecursiveNetwork(nn.Module):
                 module.kernel_fn = fn
         return self
 
+    def use_attention_recompute(self, barrier):
+        """Every blockwise attention's backward recomputes its score blocks behind `barrier`
+        (Attention.recompute_barrier; XlaRuntime.serialize) instead of letting a compiler keep
+        the forward's: memory for time (xla.attention_recompute)."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.recompute_barrier = barrier
+        return self
+
     def use_token_mix_kernel(self, fn):
         """Every block's token-mixing sublayer, rms_norm(h + mlp_t(h)) over positions,
         computed by fn (Block.token_mix_fn): a backend's kernel (XlaRuntime.token_mix_kernel)."""

@@ -65,6 +65,8 @@ def build_trainer(config, runtime, vocab_size=None, seq_len=None, num_puzzle_ide
         model.use_token_mix_kernel(runtime.token_mix_kernel())
     if config.xla.attention_kernel:
         model.use_attention_kernel(runtime.attention_kernel())
+    elif cfg.attention_path == 'blockwise' and config.xla.attention_recompute:
+        model.use_attention_recompute(runtime.serialize)
     model.to(runtime.device)
     optimizers = build_optimizers(model, config)   # their state exists from construction on
     ema = EMA.for_model(model, config.ema.decay) if config.ema.enabled else None
