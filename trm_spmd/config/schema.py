@@ -63,7 +63,7 @@ def default_config() -> ml_collections.ConfigDict:
     m.attention_window = 1       # 'window': Chebyshev radius of the cells a cell attends to
     m.attention_impl = 'auto'    # attention only: 'auto' | 'dense' | 'blockwise' (model/attention.py; auto: what is
     #                              faster on the backend, blockwise on a TPU, dense elsewhere; the run log says which;
-    #                              at 916 positions blockwise fits 72 rows per v4 chip, dense 160: benchmarks/README.md)
+    #                              at 916 positions blockwise fits 192 rows per v4 chip, dense 160: benchmarks/README.md)
     m.attention_block = 512      # 'blockwise': positions per block of queries and of keys
     m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
