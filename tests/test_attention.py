@@ -158,4 +158,3 @@ def test_the_recompute_barrier_changes_when_not_what_the_backward_computes():
         torch.testing.assert_close(start[name], before[name], rtol=0, atol=0)
         assert (p - before[name]).abs().max() > 0, name
         torch.testing.assert_close(forced[name], p, rtol=1e-5, atol=1e-6)
-

@@ -75,8 +75,8 @@ def test_depthwise_conv_is_the_references_conv1d():
     expected = reference_conv(xb, conv.weight.to(torch.bfloat16), conv.bias.to(torch.bfloat16))
     assert torch.equal(conv(xb), expected)
     # A float32 sum that lands on a tie between two bfloat16 values: the bias, then the taps in
-    # order, rounded once (the reference on a GPU, and torch's CPU convolution on some CPUs; on
-    # others its kernels sum the taps first, which rounds this one up to 0.39453125).
+    # order, rounded once, as torch's CPU convolution does on some CPUs (on others, an AMD EPYC
+    # among them, its kernels sum the taps first, which rounds this one up to 0.39453125).
     tie = DepthwiseConv(8)
     with torch.no_grad():
         tie.weight[0] = torch.tensor([[0.0128173828125, 0.01556396484375]])

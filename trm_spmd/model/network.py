@@ -123,7 +123,7 @@ class RecursiveNetwork(nn.Module):
     def use_attention_recompute(self, barrier):
         """Every blockwise attention's backward recomputes its score blocks behind `barrier`
         (Attention.recompute_barrier; XlaRuntime.serialize) instead of letting a compiler keep
-        the forward's: memory for time (xla.attention_recompute)."""
+        the forward's alive until then (xla.attention_recompute)."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.recompute_barrier = barrier
