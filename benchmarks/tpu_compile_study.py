@@ -68,14 +68,15 @@ def step_fields(config):
     # The attention's settings change nothing in a token-mixing MLP's step, nor where the
     # attention is dense on a TPU ('auto' on a sequence of one block).
     cfg = TRMConfig.from_config(c, **sizes).with_auto_attention('blockwise')
+    blockwise = cfg.attention_path == 'blockwise'
+    if not blockwise:
+        for key in ATTENTION_ONLY:
+            model.pop(key, None)
     fields = {'model': model, 'global_batch_size': c.data.global_batch_size, 'sizes': sizes,
               'optimizer': c.optim.name, 'grad_accum_steps': c.optim.grad_accum_steps,
               'grad_clip': c.optim.grad_clip > 0, 'ema': c.ema.enabled, 'no_ACT_continue': c.act.no_ACT_continue,
               'loss': c.loss.type, 'mesh': list(c.mesh.shape)}
-    if cfg.mlp_t or cfg.attention_impl == 'dense':
-        for key in ATTENTION_ONLY:
-            model.pop(key, None)
-    elif c.xla.attention_recompute:   # blockwise steps compiled before the barrier keep their keys
+    if blockwise and c.xla.attention_recompute:   # blockwise steps compiled before the barrier keep their keys
         fields['attention_recompute'] = True
     return fields
 

@@ -78,6 +78,12 @@ def random_host_batch(config, rows, seed=0):
             'puzzle_identifiers': np.zeros(rows, np.int32)}
 
 
+def optimization_barriers(proto):
+    """The optimization barriers of a serialized HloModuleProto (one_train_step's module):
+    counts the instructions' opcode field (length-prefixed; their names start with it too)."""
+    return proto.count(b'\x0bopt-barrier')
+
+
 def one_train_step(config, host_batch, prepare_runtime=None):
     """(parameters before, after, the step's HLO module) of one train step of `config` on
     `host_batch`, uncompiled; prepare_runtime(runtime) runs before the model is built."""

@@ -12,7 +12,8 @@ from trm_spmd.model import attention
 from trm_spmd.model.attention_mask import attention_mask
 from trm_spmd.train.loop import train_and_evaluate
 
-from conftest import REPO, UPDATE_IS_GRADIENT, assert_compiled_once_on_the_device, one_train_step, random_host_batch
+from conftest import (REPO, UPDATE_IS_GRADIENT, assert_compiled_once_on_the_device, one_train_step,
+                      optimization_barriers, random_host_batch)
 
 
 def operands(length, batch=2, heads=3, dim=16, seed=0):
@@ -151,9 +152,8 @@ def test_the_recompute_barrier_changes_when_not_what_the_backward_computes():
     _, (before, plain, plain_proto) = _blockwise_update(False)
     config, (start, forced, proto) = _blockwise_update(True)
     # One barrier per attention of the gradient cycle (its L_cycles + 1 network calls), none without.
-    barriers = lambda p: p.count(b'\x0bopt-barrier')   # noqa: E731
-    assert barriers(plain_proto) == 0
-    assert barriers(proto) == (config.model.L_cycles + 1) * config.model.L_layers
+    assert optimization_barriers(plain_proto) == 0
+    assert optimization_barriers(proto) == (config.model.L_cycles + 1) * config.model.L_layers
     for name, p in plain.items():
         torch.testing.assert_close(start[name], before[name], rtol=0, atol=0)
         assert (p - before[name]).abs().max() > 0, name

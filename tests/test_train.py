@@ -10,7 +10,8 @@ import torch
 from trm_spmd.config import load_config
 from trm_spmd.train.loop import train_and_evaluate
 
-from conftest import REPO, UPDATE_IS_GRADIENT, one_train_step, random_host_batch, run_in_subprocess
+from conftest import (REPO, UPDATE_IS_GRADIENT, one_train_step, optimization_barriers, random_host_batch,
+                      run_in_subprocess)
 
 
 def runlocal(**overrides):
@@ -100,15 +101,13 @@ def _one_update(accum, host_batch):
 @pytest.mark.slow
 def test_accumulated_micro_batches_update_as_the_whole_batch_one_at_a_time():
     batch = random_host_batch(runlocal(), 32)
-    # Counts the instructions' opcode field (length-prefixed; their names start with it too).
-    barriers = lambda proto: proto.count(b'\x0bopt-barrier')   # noqa: E731
     before, whole, proto = _one_update(1, batch)
-    assert barriers(proto) == 0
+    assert optimization_barriers(proto) == 0
     for accum in (4,):
         start, split, proto = _one_update(accum, batch)
         # Micro-batch i + 1 waits behind a barrier for micro-batch i's gradients: XLA then
         # frees one micro-batch's activations before the next starts (benchmarks/README.md).
-        assert barriers(proto) == accum - 1
+        assert optimization_barriers(proto) == accum - 1
         for name, p in whole.items():
             torch.testing.assert_close(start[name], before[name], rtol=0, atol=0)
             delta, delta_split = p - before[name], split[name] - before[name]
