@@ -7,8 +7,9 @@ softmax(q k^T / sqrt(d), masked) v for q, k, v [rows, heads, L, d] in bfloat16 w
 config's heads, head dimension, positions and mask (model.attention_mask), forward alone (a
 no-grad network call) and forward with the gradients of q, k and v (a call of the grad cycle):
 
-- dense and blockwise (model/attention.py, each --blocks size) traced by torch_xla on virtual
-  CPU devices, one per chip of a v4 2x2x1 (each chip its own rows), and compiled by libtpu:
+- dense and blockwise (model/attention.py, each --blocks size; --norecompute: without
+  xla.attention_recompute's barriers) traced by torch_xla on virtual CPU devices, one per
+  chip of a v4 2x2x1 (each chip its own rows), and compiled by libtpu:
   the cost model's time, the temporaries, the matmuls' element types (compiler estimates);
 - the Pallas kernels (runtime/attention_kernel.py) compiled by libtpu for the same chip
   (Mosaic accepts them or says why) and their roofline, a bound: libtpu's cost model gives a
@@ -37,9 +38,11 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
+    from trm_spmd.model import attention
     common.define_flags('config whose attention (heads, head dimension, positions, mask) is measured')
     flags.DEFINE_integer('rows_per_chip', 24, 'examples per chip (24: batch 768 on a v4-64)')
-    flags.DEFINE_list('blocks', ['128'], 'block sizes of the blockwise path')
+    flags.DEFINE_list('blocks', [str(attention.BLOCK)], 'block sizes of the blockwise path')
+    flags.DEFINE_bool('recompute', True, 'blockwise recomputes its scores behind barriers (xla.attention_recompute)')
     flags.DEFINE_bool('kernels', True, 'also compile the Pallas kernels')
 
 
@@ -61,7 +64,8 @@ def _torch_path(runtime, cfg, mask, impl, block, rows, grad):
         if impl == 'dense':
             out = attention.dense(q, k, v, device_mask)
         else:
-            out = attention.blockwise(q, k, v, device_mask, attention.schedule(cfg.total_len, mask, block))
+            out = attention.blockwise(q, k, v, device_mask, attention.schedule(cfg.total_len, mask, block),
+                                      barrier=runtime.serialize if FLAGS.recompute else None)
         if grad:
             out.float().square().sum().backward()
     tensors = [q.grad, k.grad, v.grad] if grad else [out]

@@ -66,7 +66,7 @@ def step_fields(config):
     if model.get('family') == 'trm':   # steps compiled before model.family existed keep their keys
         del model['family']
     # The attention's settings change nothing in a token-mixing MLP's step, nor where the
-    # attention is dense on a TPU ('auto' on a sequence of one block).
+    # attention is chosen dense.
     cfg = TRMConfig.from_config(c, **sizes).with_auto_attention('blockwise')
     blockwise = cfg.attention_path == 'blockwise'
     if not blockwise:
@@ -76,8 +76,10 @@ def step_fields(config):
               'optimizer': c.optim.name, 'grad_accum_steps': c.optim.grad_accum_steps,
               'grad_clip': c.optim.grad_clip > 0, 'ema': c.ema.enabled, 'no_ACT_continue': c.act.no_ACT_continue,
               'loss': c.loss.type, 'mesh': list(c.mesh.shape)}
-    if blockwise and c.xla.attention_recompute:   # blockwise steps compiled before the barrier keep their keys
-        fields['attention_recompute'] = True
+    if blockwise and c.xla.attention_recompute:
+        # Steps compiled with the backward's barrier alone (True) keep their keys; since then the
+        # forward's second pass recomputes its scores too.
+        fields['attention_recompute'] = 'forward and backward'
     return fields
 
 

@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+from trm_spmd import tasks
 from trm_spmd.config import load_config
 from trm_spmd.model import TRM, TRMConfig
 from trm_spmd.model import attention
@@ -56,11 +57,18 @@ def test_a_window_mask_skips_the_blocks_it_hides():
 
 
 def test_bfloat16_products_stay_within_rounding_of_float32():
-    q, k, v, _ = operands(97)
+    q, k, v, dout = operands(97)
     want = attention.dense(q, k, v)
-    got = attention.blockwise(*(t.detach().to(torch.bfloat16) for t in (q, k, v)))
+    low = [t.detach().to(torch.bfloat16).requires_grad_(True) for t in (q, k, v)]
+    got = attention.blockwise(*low, block=32)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want.detach(), rtol=0, atol=3e-2)
+    # The backward rounds each probability to bfloat16 once, for dv and the score gradient both:
+    # within two bfloat16 steps of the largest gradient (measured: 0.5% to 0.8%, as before).
+    wanted = torch.autograd.grad(want, (q, k, v), dout)
+    for g, w in zip(torch.autograd.grad(got, low, dout.to(torch.bfloat16)), wanted):
+        assert g.dtype == torch.bfloat16
+        assert float((g.float() - w).abs().max()) < 2 ** -6 * float(w.abs().max())
 
 
 def test_a_mask_without_its_schedule_on_a_device_is_refused():
@@ -98,12 +106,13 @@ def test_the_model_trains_the_same_through_either_path(mask):
         torch.testing.assert_close(g, dense_grads[name], rtol=1e-4, atol=1e-4 * float(dense_grads[name].abs().max()))
 
 
-def test_auto_picks_blockwise_only_where_the_backend_runs_it_faster_and_there_are_blocks():
+def test_auto_picks_blockwise_only_where_the_backend_runs_it_faster():
     long = TRMConfig(**SMALL)                                    # 83 positions in blocks of 32
     assert long.with_auto_attention('blockwise').attention_impl == 'blockwise'
     assert long.with_auto_attention('dense').attention_impl == 'dense'
+    # One block is faster blockwise too on a TPU: 97 positions, 0.156 against 0.199 ms forward and gradients.
     one_block = TRMConfig(**{**SMALL, 'attention_block': 128})
-    assert one_block.with_auto_attention('blockwise').attention_impl == 'dense'
+    assert one_block.with_auto_attention('blockwise').attention_impl == 'blockwise'
     chosen = TRMConfig(**SMALL, attention_impl='dense')
     assert chosen.with_auto_attention('blockwise').attention_impl == 'dense'
     assert TRMConfig(**SMALL).attention_path == 'dense' and TRMConfig(**{**SMALL, 'mlp_t': True}).attention_path is None
@@ -141,7 +150,7 @@ def test_the_blockwise_step_compiles_once_and_runs_on_the_device(tmp_path, capsy
 
 def _blockwise_update(recompute):
     config = load_config(f'{REPO}/configs/maze.py:runlocal')
-    config.update_from_flattened_dict({'model.attention_impl': 'blockwise', 'model.attention_block': 256,
+    config.update_from_flattened_dict({'model.attention_impl': 'blockwise', 'model.attention_block': 16,
                                        'xla.attention_recompute': recompute, 'data.global_batch_size': 16,
                                        **UPDATE_IS_GRADIENT})
     return config, one_train_step(config, random_host_batch(config, 16))
@@ -151,9 +160,14 @@ def _blockwise_update(recompute):
 def test_the_recompute_barrier_changes_when_not_what_the_backward_computes():
     _, (before, plain, plain_proto) = _blockwise_update(False)
     config, (start, forced, proto) = _blockwise_update(True)
-    # One barrier per attention of the gradient cycle (its L_cycles + 1 network calls), none without.
+    # One barrier per query block of every attention's forward, one per attention of the gradient
+    # cycle (its L_cycles + 1 network calls) for its backward; none without.
+    m = config.model
+    blocks = -(-TRMConfig.from_config(config, **tasks.sizes(config)).total_len // m.attention_block)
+    grad_cycle = (m.L_cycles + 1) * m.L_layers
+    assert blocks > 1
     assert optimization_barriers(plain_proto) == 0
-    assert optimization_barriers(proto) == (config.model.L_cycles + 1) * config.model.L_layers
+    assert optimization_barriers(proto) == m.H_cycles * grad_cycle * blocks + grad_cycle
     for name, p in plain.items():
         torch.testing.assert_close(start[name], before[name], rtol=0, atol=0)
         assert (p - before[name]).abs().max() > 0, name

@@ -64,7 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
     m.attention_impl = 'auto'    # attention only: 'auto' | 'dense' | 'blockwise' (model/attention.py; auto: what is
     #                              faster on the backend, blockwise on a TPU, dense elsewhere; the run log says which;
     #                              at 916 positions blockwise fits 192 rows per v4 chip, dense 160: benchmarks/README.md)
-    m.attention_block = 512      # 'blockwise': positions per block of queries and of keys
+    m.attention_block = 1024     # 'blockwise': positions per block of queries and of keys (916 positions: one block)
     m.puzzle_emb_ndim = 512      # 0 disables the puzzle-identifier embedding
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
     m.rms_norm_eps = 1e-5
@@ -164,8 +164,9 @@ def default_config() -> ml_collections.ConfigDict:
     x.max_different_graphs = 8
     x.token_mix_kernel = False   # each block's token-mixing sublayer (model.mlp_t) as Pallas kernels; TPU only
     x.attention_kernel = False   # self-attention (model.mlp_t=False) as fused flash-attention Pallas kernels; TPU only
-    x.attention_recompute = True  # blockwise attention's backward recomputes its score blocks behind a barrier, so the
-    #                               compiler cannot keep the forward's alive: less memory, no longer a step (benchmarks/README.md)
+    x.attention_recompute = True  # blockwise attention recomputes its scores behind barriers (the forward's second pass,
+    #                               the backward) rather than have the compiler store them: half the step's attention
+    #                               time, a third of its memory (benchmarks/README.md)
 
     c.native = n = ml_collections.ConfigDict()
     n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...

@@ -6,27 +6,31 @@ dense      F.scaled_dot_product_attention: every score of the [L, L] matrix at o
            [192, 916, 916] float32, 644 MB, per attention of the grad cycle.
 blockwise  the flash-attention scheme as plain torch for XLA to compile (static blocks and
            slices, no data-dependent shapes). The queries go in blocks of `block` positions;
-           a block reads its keys in spans (one or more key blocks) under an online softmax,
-           its running max and sum in float32. The products take the activation dtype and
-           write float32; the row sums are of the float32 probabilities (summing them in the
-           value product instead, a column of ones beside v, is faster under XLA but moves
-           the logits twice as far from the official model's). The forward keeps q, k,
-           v, the output and one log-sum-exp per query; the backward recomputes each block's
-           probabilities from them, in two passes that each contract the scores along their
-           last axis: dq by query blocks ([queries, keys]), dk and dv by key blocks ([keys,
-           queries]), which spares XLA the transposed copies of [L, L] tensors a joint pass
-           makes. Nothing of size [L, L] outlives a block, provided the recomputation is not
-           undone: a compiler that merges equal subexpressions (XLA) finds the backward's
-           blocks equal to the forward's and keeps the forward's float32 scores alive until
-           the backward, unless a barrier separates them (`barrier`, xla.attention_recompute).
-           A mask's schedule is made once, on the host: key blocks a query block cannot see
-           are skipped, and spans it covers whole need no mask.
+           a block reads its keys in spans (one or more key blocks), in two passes: the first
+           finds each query's largest score, the second sums the probabilities (float32)
+           and multiplies them with v. The products take the activation dtype and write
+           float32; each probability is rounded to the activation dtype once, for the value
+           product (the row sums stay of the float32 ones: summing in the value product, a
+           column of ones beside v, moves the logits twice as far from the official
+           model's). The forward keeps q, k, v, the output and one log-sum-exp per query;
+           the backward recomputes each block's probabilities from them, in two passes that
+           each contract the scores along their last axis: dq by query blocks ([queries,
+           keys]), dk and dv by key blocks ([keys, queries]), which spares XLA the
+           transposed copies of [L, L] tensors a joint pass makes. Both recomputations, the
+           forward's second pass and the backward, stand behind a barrier (`barrier`,
+           xla.attention_recompute): a compiler that merges equal subexpressions (XLA)
+           would otherwise compute each score once and keep it, float32, for every use,
+           and a recomputed score costs one matmul of 64 multiply-adds where a stored one
+           costs 4 bytes of HBM written and read again. A mask's schedule is made once, on
+           the host: key blocks a query block cannot see are skipped, and spans it covers
+           whole need no mask.
 
-What each path costs on a TPU, and why the default block is 512 (benchmarks/README.md,
-"Attention at 916 positions"): under XLA every [L, L] intermediate goes through HBM, so
-smaller blocks only save memory, and skipping masked 128-blocks costs more in small
-operations than it saves; xla.attention_kernel (runtime/attention_kernel.py) is the fused
-kernel that keeps the scores on chip and does skip them.
+What each path costs on a TPU, and why the default block (1,024) holds every position of
+our tasks at once (benchmarks/README.md, "Attention at 916 positions"): under XLA every
+[L, L] intermediate goes through HBM, so smaller blocks only save memory, and skipping
+masked 128-blocks costs more in small operations than it saves; xla.attention_kernel
+(runtime/attention_kernel.py) is the fused kernel that keeps the scores on chip and does
+skip them.
 
 The mask is boolean [L, L], True where query i may read key j (model/attention_mask.py), and
 constant: the schedule depends on it.
@@ -39,11 +43,7 @@ import torch
 import torch.nn.functional as F
 
 IMPLS = ('auto', 'dense', 'blockwise')
-BLOCK = 512
-# Running max before any key is seen: finite, so that rows a span masks out whole give
-# exp(-inf - (-1e30)) = 0 rather than exp(-inf + inf) = nan.
-_NO_MAX = -1e30
-
+BLOCK = 1024
 
 @dataclasses.dataclass(frozen=True)
 class Span:
@@ -142,32 +142,48 @@ def _scores_t(k, q_t, scale, mask, start, stop, span):
     return s
 
 
-def _forward_block(q, k, v, mask, block, scale):
-    """(out, lse) of one query block: online softmax over its spans."""
-    qb = q[..., block.start:block.stop, :]
-    row_max = row_sum = acc = None
+def _row_max(qb, k, mask, block, scale):
+    """The first pass: each query's largest score over its spans, float32 [..., queries, 1]."""
+    row_max = None
     for span in block.spans:
         s = _scores(qb, k[..., span.start:span.stop, :], scale, mask, block.start, block.stop, span)
-        v_span = v[..., span.start:span.stop, :]
-        new_max = s.amax(-1, keepdim=True)
-        new_max = new_max.clamp(min=_NO_MAX) if row_max is None else torch.maximum(row_max, new_max)
-        p = torch.exp(s - new_max)
+        m = s.amax(-1, keepdim=True)
+        row_max = m if row_max is None else torch.maximum(row_max, m)
+    return row_max
+
+
+def _forward_block(q, k, v, mask, block, scale, barrier):
+    """(out, lse) of one query block, in two passes over its spans: the row max, then the
+    probabilities, their float32 sum and their product with v."""
+    qb = q[..., block.start:block.stop, :]
+    row_max = _row_max(qb, k, mask, block, scale)
+    if barrier is not None:
+        # Else the second pass's scores equal the first's, and XLA computes them once and
+        # keeps them, float32, for both: three reads and a write of 4 bytes a score where
+        # recomputing them costs a matmul and writes each probability once, in 2.
+        qb, k, row_max = barrier([qb, k, row_max])
+    row_sum = acc = None
+    for span in block.spans:
+        s = _scores(qb, k[..., span.start:span.stop, :], scale, mask, block.start, block.stop, span)
+        p = torch.exp(s - row_max)
         p_sum = p.sum(-1, keepdim=True)
-        pv = _product(p.to(v.dtype), v_span)
-        if row_max is None:
-            acc, row_sum = pv, p_sum
-        else:
-            rescale = torch.exp(row_max - new_max)
-            acc, row_sum = acc * rescale + pv, row_sum * rescale + p_sum
-        row_max = new_max
+        pv = _product(p.to(v.dtype), v[..., span.start:span.stop, :])
+        acc, row_sum = (pv, p_sum) if acc is None else (acc + pv, row_sum + p_sum)
     return (acc / row_sum).to(q.dtype), row_max + torch.log(row_sum)
+
+
+def _probabilities(scores, lse, like):
+    """exp(scores - lse) rounded to like's dtype, in float32: the backward writes each
+    probability once, in the activation dtype, for its value gradient and its score gradient
+    both (the forward rounds them so for its value product too)."""
+    return _wide(torch.exp(scores - lse).to(like.dtype))
 
 
 class _Blockwise(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, plan, barrier):
         scale = q.shape[-1] ** -0.5
-        parts = [_forward_block(q, k, v, mask, block, scale) for block in plan.blocks]
+        parts = [_forward_block(q, k, v, mask, block, scale, barrier) for block in plan.blocks]
         out = torch.cat([o for o, _ in parts], dim=-2) if len(parts) > 1 else parts[0][0]
         lse = torch.cat([l for _, l in parts], dim=-2) if len(parts) > 1 else parts[0][1]
         ctx.save_for_backward(q, k, v, out, lse, mask)
@@ -197,7 +213,7 @@ class _Blockwise(torch.autograd.Function):
             for span in block.spans:
                 keys = slice(span.start, span.stop)
                 kb, vb = k[..., keys, :], v[..., keys, :]
-                p = torch.exp(_scores(qb, kb, scale, mask, block.start, block.stop, span) - lse[..., rows, :])
+                p = _probabilities(_scores(qb, kb, scale, mask, block.start, block.stop, span), lse[..., rows, :], q)
                 ds = (p * (_product(dob, vb.transpose(-1, -2)) - delta[..., rows, :]) * scale).to(q.dtype)
                 part = _product(ds, kb)
                 acc = part if acc is None else acc + part
@@ -212,8 +228,8 @@ class _Blockwise(torch.autograd.Function):
             for span in block.spans:
                 rows = slice(span.start, span.stop)
                 s_t = _scores_t(kb, q_t[..., rows], scale, mask, block.start, block.stop, span)
-                p_t = torch.exp(s_t - lse_t[..., rows])
-                dv_part = _product(p_t.to(q.dtype), grad_out[..., rows, :])
+                p_t = _probabilities(s_t, lse_t[..., rows], q)
+                dv_part = _product(p_t, grad_out[..., rows, :])
                 ds_t = (p_t * (_product(vb, do_t[..., rows]) - delta_t[..., rows]) * scale).to(q.dtype)
                 dk_part = _product(ds_t, q[..., rows, :])
                 dk_acc = dk_part if dk_acc is None else dk_acc + dk_part
@@ -233,8 +249,9 @@ def blockwise(q, k, v, mask=None, plan=None, block=BLOCK, barrier=None):
     """softmax(q k^T / sqrt(d), masked) v for q, k, v [..., L, d] by blocks of queries (see the
     module's docstring). `plan`: schedule(L, mask, ...), made once on the host; without a mask
     it may be left out (then made here, with `block`). `barrier`: fn(tensors) -> tensors that
-    nothing may read before all of them exist (Runtime.serialize); given, the backward pass
-    recomputes its blocks behind it, from the output's gradient on."""
+    nothing may read before all of them exist (Runtime.serialize); given, the forward's second
+    pass recomputes its scores behind it (from the row max on) and so does the backward (from
+    the output's gradient on)."""
     length = q.shape[-2]
     if plan is None:
         if mask is not None:

@@ -136,13 +136,11 @@ class TRMConfig:
         return dataclasses.replace(self, forward_dtype=fast_dtype) if self.forward_dtype == 'auto' else self
 
     def with_auto_attention(self, fast_attention):
-        """attention_impl 'auto' -> fast_attention (what the backend runs fastest: Runtime.fast_attention),
-        or 'dense' where the sequence is one block; others stay. A model built from an unresolved
-        'auto' computes dense attention."""
+        """attention_impl 'auto' -> fast_attention (what the backend runs fastest: Runtime.fast_attention);
+        others stay. A model built from an unresolved 'auto' computes dense attention."""
         if self.attention_impl != 'auto':
             return self
-        impl = fast_attention if self.total_len > self.attention_block else 'dense'
-        return dataclasses.replace(self, attention_impl=impl)
+        return dataclasses.replace(self, attention_impl=fast_attention)
 
     def token_mixing(self, kernel=False):
         """How the blocks mix positions, in words for the run log; `kernel`: a backend's Pallas
@@ -153,7 +151,7 @@ class TRMConfig:
             return 'self-attention by fused flash-attention Pallas kernels'
         if self.attention_path == 'dense':
             return 'self-attention, dense (scaled_dot_product_attention)'
-        return (f'self-attention, blockwise ({self.attention_block}-position blocks, online softmax, '
+        return (f'self-attention, blockwise ({self.attention_block}-position blocks, two-pass softmax, '
                 'recomputed in backward)')
 
     @property

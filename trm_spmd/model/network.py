@@ -121,9 +121,9 @@ class RecursiveNetwork(nn.Module):
         return self
 
     def use_attention_recompute(self, barrier):
-        """Every blockwise attention's backward recomputes its score blocks behind `barrier`
-        (Attention.recompute_barrier; XlaRuntime.serialize) instead of letting a compiler keep
-        the forward's alive until then (xla.attention_recompute)."""
+        """Every blockwise attention recomputes its scores behind `barrier` (the forward's second
+        pass and the backward; Attention.recompute_barrier; XlaRuntime.serialize) instead of
+        letting a compiler store them once, float32, for every use (xla.attention_recompute)."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.recompute_barrier = barrier
