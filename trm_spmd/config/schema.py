@@ -165,8 +165,8 @@ def default_config() -> ml_collections.ConfigDict:
     x.token_mix_kernel = False   # each block's token-mixing sublayer (model.mlp_t) as Pallas kernels; TPU only
     x.attention_kernel = False   # self-attention (model.mlp_t=False) as fused flash-attention Pallas kernels; TPU only
     x.attention_recompute = True  # blockwise attention recomputes its scores behind barriers (the forward's second pass,
-    #                               the backward) rather than have the compiler store them: half the step's attention
-    #                               time, a third of its memory (benchmarks/README.md)
+    #                               the backward) rather than have the compiler store them, float32, for every use:
+    #                               faster and smaller (benchmarks/README.md: Attention at 916 positions)
 
     c.native = n = ml_collections.ConfigDict()
     n.compile = 'none'           # torch.compile mode of the native backend: 'none' | 'default' | 'max-autotune' | ...

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 IMPLS = ('auto', 'dense', 'blockwise')
 BLOCK = 1024
 
+
 @dataclasses.dataclass(frozen=True)
 class Span:
     start: int
