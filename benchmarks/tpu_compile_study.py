@@ -80,6 +80,8 @@ def step_fields(config):
         # Steps compiled with the backward's barrier alone (True) keep their keys; since then the
         # forward's second pass recomputes its scores too.
         fields['attention_recompute'] = 'forward and backward'
+    if c.model.grad_checkpointing:   # steps compiled when it recomputed the whole cycle at once had no such field
+        fields['grad_checkpointing'] = 'each network call'
     return fields
 
 

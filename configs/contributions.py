@@ -22,9 +22,10 @@ compared with it directly.
   still wrong; late in training it mostly spends steps on rows already solved and trains
   the head on a step distribution the learned policy does not produce.
 - grad_checkpointing: model.grad_checkpointing True, the grad cycle's n+1 network calls
-  are recomputed in backward instead of stored: the same updates (a systems change),
-  activation memory of one cycle's inputs instead of its n+1 calls, for ~7 more forward
-  calls per step (~20% more compute). It lets a larger per-device batch fit.
+  are recomputed in backward instead of stored, one at a time: the same updates (a systems
+  change), activation memory of the n+1 calls' inputs and one call's activations instead
+  of all n+1 calls', for ~7 more forward calls per step (~20% more compute). It lets a
+  larger per-device batch fit.
 - lion: Lion for the network weights (optim.name 'lion'). Its update is the sign of the
   momentum, +-lr on every coordinate, larger than AdamATan2's (whose per-coordinate step is
   below lr while gradients are noisy), so lr is 5x lower (2e-5) and weight decay 5x higher

@@ -304,7 +304,7 @@ def test_grad_checkpointing_gives_the_same_gradients():
         carry = initial_carry(model, 2, 'cpu')
         _, out = act_step(model, carry, batch, training=False)
         out['logits'].square().mean().backward()
-    assert used == [True]
+    assert len(used) == ckpt.config.L_cycles + 1    # each call of the gradient cycle on its own
     for a, b in zip(plain.main_parameters(), ckpt.main_parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
 

@@ -217,7 +217,7 @@ def test_grad_checkpointing_gives_the_same_gradients():
                             uniforms=counter_uniforms(0, 0, 4, 2))
         loss_and_metrics(new, out, m.config)[0].backward()
         grads.append([p.grad for p in m.main_parameters()])
-    assert used == [True]
+    assert len(used) == ckpt.config.L_cycles       # each loop of the gradient cycle on its own
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 

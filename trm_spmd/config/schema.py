@@ -69,7 +69,7 @@ def default_config() -> ml_collections.ConfigDict:
     m.puzzle_emb_len = 16        # prefix tokens holding the puzzle embedding (0 when ndim is 0)
     m.rms_norm_eps = 1e-5
     m.forward_dtype = 'bfloat16'  # 'bfloat16' | 'float32' | 'auto' (bfloat16 where the device computes it natively)
-    m.grad_checkpointing = False  # recompute the grad cycle's activations in backward
+    m.grad_checkpointing = False  # recompute each network call of the grad cycle in backward, one at a time
 
     # ---- ACT / deep supervision ---------------------------------------------
     c.act = a = ml_collections.ConfigDict()

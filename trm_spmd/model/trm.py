@@ -47,10 +47,10 @@ class TRM(RecursiveNetwork):
         """One network call f(h, injection)."""
         return self.L_level(h, injection, self._rope(), self.attention_mask)
 
-    def _cycle(self, z_H, z_L, x, L_cycles):
+    def _cycle(self, z_H, z_L, x, L_cycles, net):
         for _ in range(L_cycles):
-            z_L = self.net(z_L, z_H + x)
-        z_H = self.net(z_H, z_L)
+            z_L = net(z_L, z_H + x)
+        z_H = net(z_H, z_L)
         return z_H, z_L
 
     def forward_cycles(self, z_H, z_L, input_embeddings, H_cycles=None, L_cycles=None):
@@ -58,10 +58,8 @@ class TRM(RecursiveNetwork):
         H, L = self._cycles(H_cycles, L_cycles)
         with torch.no_grad():
             for _ in range(H - 1):
-                z_H, z_L = self._cycle(z_H, z_L, input_embeddings, L)
-        if self.config.grad_checkpointing and torch.is_grad_enabled():
-            return self.checkpoint_fn(self._cycle, z_H, z_L, input_embeddings, L)
-        return self._cycle(z_H, z_L, input_embeddings, L)
+                z_H, z_L = self._cycle(z_H, z_L, input_embeddings, L, self.net)
+        return self._cycle(z_H, z_L, input_embeddings, L, self.gradient_call(self.net))
 
     def recur(self, states, input_embeddings, H_cycles=None, L_cycles=None):
         z_H, z_L = self.forward_cycles(states['z_H'], states['z_L'], input_embeddings, H_cycles, L_cycles)

@@ -37,19 +37,18 @@ class URM(RecursiveNetwork):
             h = layer(h, rope, mask)
         return h
 
-    def _loops(self, h, input_embeddings, count):
+    @staticmethod
+    def _loops(loop, h, input_embeddings, count):
         for _ in range(count):
-            h = self.loop(h, input_embeddings)
+            h = loop(h, input_embeddings)
         return h
 
     def forward_loops(self, hidden, input_embeddings, H_cycles=None, L_cycles=None):
         """H_cycles x L_cycles loops; only the last L_cycles build a graph."""
         H, L = self._cycles(H_cycles, L_cycles)
         with torch.no_grad():
-            hidden = self._loops(hidden, input_embeddings, (H - 1) * L)
-        if self.config.grad_checkpointing and torch.is_grad_enabled():
-            return self.checkpoint_fn(self._loops, hidden, input_embeddings, L)
-        return self._loops(hidden, input_embeddings, L)
+            hidden = self._loops(self.loop, hidden, input_embeddings, (H - 1) * L)
+        return self._loops(self.gradient_call(self.loop), hidden, input_embeddings, L)
 
     def recur(self, states, input_embeddings, H_cycles=None, L_cycles=None):
         return {'hidden': self.forward_loops(states['hidden'], input_embeddings, H_cycles, L_cycles)}
