@@ -163,7 +163,8 @@ def test_the_recompute_barrier_changes_when_not_what_the_backward_computes():
     # One barrier per query block of every attention's forward, one per attention of the gradient
     # cycle (its L_cycles + 1 network calls) for its backward; none without.
     m = config.model
-    blocks = -(-TRMConfig.from_config(config, **tasks.sizes(config)).total_len // m.attention_block)
+    blocks = len(attention.schedule(TRMConfig.from_config(config, **tasks.sizes(config)).total_len, None,
+                                    m.attention_block).blocks)
     grad_cycle = (m.L_cycles + 1) * m.L_layers
     assert blocks > 1
     assert optimization_barriers(plain_proto) == 0
