@@ -11,9 +11,10 @@ no-grad network call) and forward with the gradients of q, k and v (a call of th
   xla.attention_recompute's barriers) traced by torch_xla on virtual CPU devices, one per
   chip of a v4 2x2x1 (each chip its own rows), and compiled by libtpu:
   the cost model's time, the temporaries, the matmuls' element types (compiler estimates);
-- the Pallas kernels (runtime/attention_kernel.py) compiled by libtpu for the same chip
-  (Mosaic accepts them or says why) and their roofline, a bound: libtpu's cost model gives a
-  kernel no time, so without a TPU that bound is all there is.
+- the Pallas kernels (runtime/attention_kernel.py; q, k, v as they take them, [rows, heads x
+  d, L]) compiled by libtpu for the same chip (Mosaic accepts them or says why) and their
+  roofline, a bound: libtpu's cost model gives a kernel no time, so without a TPU that bound
+  is all there is.
 
 The whole train step is benchmarks/tpu_compile.py's. Needs the pinned jax/jaxlib/libtpu of
 requirements.lock (Linux x86_64).
@@ -83,9 +84,9 @@ def _kernels(cfg, mask, rows, grad):
     import jax.numpy as jnp
     from trm_spmd.runtime import attention_kernel as kernel
     from trm_spmd.runtime import tpu_aot
-    n, d, length = rows * cfg.num_heads, cfg.head_dim, cfg.total_len
-    padded = kernel.padded_length(length)
-    blocks = padded // kernel.BLOCK
+    d, length, width = cfg.head_dim, cfg.total_len, cfg.num_heads * cfg.head_dim
+    blocks = kernel.blocks_of(length)
+    group, heads = kernel.lane_groups(width, d)
     masked = mask is not None
     device = tpu_aot.devices(tpu_aot.topology('v4', CHIPS))[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
@@ -93,26 +94,26 @@ def _kernels(cfg, mask, rows, grad):
     def spec(shape, dtype=jnp.bfloat16):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
-    qt, kv, row = spec((n, d, padded)), spec((n, padded, d)), spec((n, 1, padded), jnp.float32)
+    x, row = spec((rows, width, length)), spec((rows, width // group, heads, length), jnp.float32)
     table = spec((blocks * blocks,), jnp.int32)
-    bias = [spec((blocks, padded, kernel.BLOCK))] if masked else []
+    bias = [spec((blocks, kernel.padded_length(length), kernel.query_block(length)))] if masked else []
 
-    def run(table, qt, k, v, *rest):
+    def run(table, q, k, v, *rest):
         b = rest[0] if masked else None
-        ot, lse = kernel.forward(qt, k, v, table, b, length)
+        out, lse = kernel.forward(q, k, v, table, d, b)
         if not grad:
-            return ot
-        return kernel.backward(qt, k, v, table, ot, lse, lse, b, length)   # a dO^T and a delta of the right shapes
+            return out
+        return kernel.backward(q, k, v, table, out, out, lse, d, b)   # the output as dO: the right shape
 
     start = time.perf_counter()
     with tpu_aot.quiet_stderr():
-        jax.jit(run).lower(table, qt, kv, kv, *bias).compile()
+        jax.jit(run).lower(table, x, x, x, *bias).compile()
     seconds = time.perf_counter() - start
-    shapes = [table.shape, qt.shape, kv.shape, kv.shape]
-    calls = [([qt.shape, row.shape], shapes)]
+    shapes = [table.shape, x.shape, x.shape, x.shape] + [b.shape for b in bias]
+    calls = [([x.shape, row.shape], shapes)]
     if grad:
-        calls += [([qt.shape], shapes + [qt.shape, row.shape, row.shape]),
-                  ([kv.shape, kv.shape], shapes + [qt.shape, row.shape, row.shape])]
+        calls += [([x.shape, row.shape], shapes + [x.shape, x.shape, row.shape]),
+                  ([x.shape, x.shape], shapes + [x.shape, row.shape, row.shape])]
     return seconds, kernel.roofline(calls, 'tpu-v4', kernel.visible_tiles(mask.numpy() if masked else None, length))
 
 

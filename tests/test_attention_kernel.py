@@ -1,13 +1,16 @@
 """xla.attention_kernel: self-attention as fused Pallas TPU kernels (trm_spmd/runtime/attention_kernel.py).
 
 The kernels' arithmetic runs here in JAX's interpret mode on the CPU against attention
-computed plainly; the torch side (layout, padding, the block table and bias made from the
+computed plainly; the torch side (the model's layout, the block table and bias made from the
 mask, manual sharding, autograd) runs on 8 virtual XLA devices with the kernel call replaced
-by the same arithmetic in torch; lowering for a TPU needs no TPU. What only a TPU shows (the
-kernels' speed) is benchmarks/attention.py's.
+by the same arithmetic in torch; lowering for a TPU needs no TPU, and libtpu compiles the
+kernels for a v4 chip without one. What only a TPU shows (the kernels' speed) is
+benchmarks/attention.py's bound until a TPU measures it.
 """
 
 import os
+import platform
+import sys
 
 import numpy as np
 import pytest
@@ -24,54 +27,53 @@ jnp = jax.numpy
 kernel = pytest.importorskip('trm_spmd.runtime.attention_kernel')
 
 
-def plain(q, k, v, mask):
-    """softmax(q k^T / sqrt(d), masked) v of [N, L, d] in float32."""
-    s = jnp.einsum('nld,nmd->nlm', q, k, preferred_element_type=jnp.float32) * q.shape[-1] ** -0.5
+def heads(t, d):
+    """[B, L, H x d] -> [B, H, L, d]."""
+    return t.reshape(t.shape[0], t.shape[1], -1, d).transpose(0, 2, 1, 3)
+
+
+def plain(q, k, v, mask, d):
+    """softmax(q k^T / sqrt(d), masked) v of [B, L, H x d] by heads of d, in float32."""
+    q, k, v = (heads(t, d) for t in (q, k, v))
+    s = jnp.einsum('bhld,bhmd->bhlm', q, k, preferred_element_type=jnp.float32) * d ** -0.5
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
-    return jnp.einsum('nlm,nmd->nld', jax.nn.softmax(s, -1).astype(v.dtype), v,
-                      preferred_element_type=jnp.float32).astype(v.dtype)
+    out = jnp.einsum('bhlm,bhmd->bhld', jax.nn.softmax(s, -1).astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[2], -1).astype(v.dtype)
 
 
 def kernel_operands(mask, length):
     """(table, bias) of a boolean [L, L] numpy mask or None, as the kernels take them."""
     if mask is None:
-        blocks = kernel.padded_length(length) // kernel.BLOCK
+        blocks = kernel.blocks_of(length)
         return jnp.ones(blocks * blocks, jnp.int32), None
     full = kernel.padded_mask(mask, length)
-    return jnp.asarray(kernel.table_of(full)), jnp.asarray(kernel.bias_layout(np.where(full.T, 0.0, -np.inf)))
+    return jnp.asarray(kernel.table_of(full)), jnp.asarray(kernel.bias_layout(np.where(full.T, 0.0, -np.inf), length))
 
 
-def through_kernels(q, k, v, dout, mask):
-    """(out, (dq, dk, dv)) of [N, L, d] by the kernels in interpret mode."""
-    length = q.shape[1]
-    padded = kernel.padded_length(length)
-
-    def pad(t):
-        return jnp.pad(t, ((0, 0), (0, padded - length), (0, 0)))
-
-    table, bias = kernel_operands(mask, length)
-    qt, kp, vp = pad(q).transpose(0, 2, 1), pad(k), pad(v)
-    ot, lse = kernel.forward(qt, kp, vp, table, bias, length, interpret=True)
-    out = ot.transpose(0, 2, 1)[:, :length]
-    delta = jnp.sum(dout.astype(jnp.float32) * out.astype(jnp.float32), -1)
-    delta = jnp.pad(delta, ((0, 0), (0, padded - length)))[:, None, :]
-    dqt, dk, dv = kernel.backward(qt, kp, vp, table, pad(dout).transpose(0, 2, 1), lse, delta, bias, length,
-                                  interpret=True)
-    return out, (dqt.transpose(0, 2, 1)[:, :length], dk[:, :length], dv[:, :length])
+def through_kernels(q, k, v, dout, mask, d):
+    """(out, (dq, dk, dv)) of [B, L, H x d] by the kernels in interpret mode."""
+    table, bias = kernel_operands(mask, q.shape[1])
+    qt, kt, vt, dot = (t.transpose(0, 2, 1) for t in (q, k, v, dout))   # the kernels' [B, H x d, L]
+    ot, lse = kernel.forward(qt, kt, vt, table, d, bias, interpret=True)
+    grads = kernel.backward(qt, kt, vt, table, dot, ot, lse, d, bias, interpret=True)
+    return ot.transpose(0, 2, 1), tuple(g.transpose(0, 2, 1) for g in grads)
 
 
-def operands(n, length, d, dtype):
+def operands(batch, length, width, dtype):
     keys = jax.random.split(jax.random.key(0), 4)
-    return [jax.random.normal(key, (n, length, d)).astype(dtype) for key in keys]
+    return [jax.random.normal(key, (batch, length, width)).astype(dtype) for key in keys]
 
 
-# (positions, mask): one padded block; 916 = the maze's 16 + 900 under its 5x5 window (block-sparse).
-@pytest.mark.parametrize('length,mask', [(97, None), (272, attention_mask('window', 256, 16, 2).numpy())])
-def test_forward_and_gradients_match_plain_attention_in_float32(length, mask):
-    q, k, v, dout = operands(3, length, 64, jnp.float32)
-    out, grads = through_kernels(q, k, v, dout, mask)
-    want, vjp = jax.vjp(lambda *a: plain(*a, mask), q, k, v)
+# (positions, heads x width, mask): Sudoku's 97 (shorter than a block) in two groups of two
+# heads; 272 (a short last block) with a block-sparse window; four heads of 16 in one group
+# narrower than the lanes.
+@pytest.mark.parametrize('length,width,d,mask', [
+    (97, 256, 64, None), (272, 128, 64, attention_mask('window', 256, 16, 2).numpy()), (200, 64, 16, None)])
+def test_forward_and_gradients_match_plain_attention_in_float32(length, width, d, mask):
+    q, k, v, dout = operands(2, length, width, jnp.float32)
+    out, grads = through_kernels(q, k, v, dout, mask, d)
+    want, vjp = jax.vjp(lambda *a: plain(*a, mask, d), q, k, v)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
     for got, expected in zip(grads, vjp(dout)):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(jnp.abs(expected).max()))
@@ -87,39 +89,59 @@ def test_masked_blocks_are_skipped_and_the_window_mask_skips_most():
 
 
 def test_bfloat16_stays_within_its_rounding_of_float32():
-    q, k, v, dout = operands(1, 130, 64, jnp.float32)
-    wide, _ = through_kernels(q, k, v, dout, None)
-    narrow, _ = through_kernels(*(t.astype(jnp.bfloat16) for t in (q, k, v, dout)), None)
+    q, k, v, dout = operands(1, 130, 128, jnp.float32)
+    wide, _ = through_kernels(q, k, v, dout, None, 64)
+    narrow, _ = through_kernels(*(t.astype(jnp.bfloat16) for t in (q, k, v, dout)), None, 64)
     assert narrow.dtype == jnp.bfloat16
     np.testing.assert_allclose(narrow.astype(jnp.float32), wide, atol=3e-2)
 
 
-def test_lengths_over_the_limit_are_refused():
-    q = jnp.zeros((1, 64, kernel.MAX_LENGTH + kernel.BLOCK), jnp.float32)
-    k = jnp.zeros((1, kernel.MAX_LENGTH + kernel.BLOCK, 64), jnp.float32)
-    with pytest.raises(ValueError, match='multiple of 128'):
-        kernel.forward(q, k, k, jnp.ones(1, jnp.int32), interpret=True)
+def test_lengths_over_the_limit_and_heads_across_lane_groups_are_refused():
+    q = jnp.zeros((1, 128, kernel.MAX_LENGTH + 1), jnp.float32)
+    with pytest.raises(ValueError, match='L up to 4096'):
+        kernel.forward(q, q, q, jnp.ones(1, jnp.int32), 64, interpret=True)
+    for width, d in ((384, 96), (256, 256)):
+        with pytest.raises(ValueError, match='heads of a width dividing 128'):
+            kernel.lane_groups(width, d)
 
 
 def test_lowering_for_a_tpu_needs_no_tpu():
     for kind in ('forward', 'dq', 'dkv'):
         for masked in (False, True):
-            assert 'tpu_custom_call' in str(kernel.lowered_for_tpu(kind, 4, 64, 256, 200, masked))
+            assert 'tpu_custom_call' in str(kernel.lowered_for_tpu(kind, 2, 200, 256, 64, masked))
+
+
+@pytest.mark.slow
+def test_libtpu_compiles_the_kernels_for_a_v4_chip(tmp_path):
+    # Mosaic's rules (block shapes, a short last block, 20-lane slices) are libtpu's to judge:
+    # the benchmark compiles the three kernels for 916 positions under the maze's window mask.
+    if sys.platform != 'linux' or platform.machine() != 'x86_64':
+        pytest.skip(f'libtpu is published for Linux x86_64 only, not {sys.platform} {platform.machine()}')
+    from conftest import run_in_subprocess
+    done = run_in_subprocess([os.path.join(REPO, 'benchmarks', 'attention.py'), '--config=configs/maze.py:sparse_window',
+                              '--rows_per_chip=1', f'--out={tmp_path}'], devices=4)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels = [line for line in done.stdout.splitlines() if ' kernels ' in line]
+    assert len(kernels) == 2 and all('a bound, not a measurement); Mosaic compiled them' in line for line in kernels)
+    assert '(3 calls' in kernels[1] and '53% of the tiles' in kernels[1]
 
 
 def test_roofline_counts_each_kernels_products_and_bytes():
-    n, d, padded = 8, 64, 256
-    qt, kv, row, table = (n, d, padded), (n, padded, d), (n, 1, padded), (4,)
-    calls = [([qt, row], [table, qt, kv, kv]),                              # forward
-             ([qt], [table, qt, kv, kv, qt, row, row]),                      # dq
-             ([kv, kv], [table, qt, kv, kv, qt, row, row])]                  # dk, dv
-    tile = 2 * 128 * 128 * 128                                               # d = 64 fills half the MXU: as 128
-    values = n * padded * d * 2
-    assert kernel.call_figures(*calls[0]) == (2 * 4 * n * tile, 4 * values + n * padded * 4 + 16)
-    assert kernel.call_figures(*calls[1], visible=0.5) == (3 * 2 * n * tile, 5 * values + 2 * n * padded * 4 + 16)
-    assert kernel.call_figures(*calls[2])[0] == 4 * 4 * n * tile
+    batch, length, width = 4, 256, 512                                       # 8 heads of 64, 2 blocks
+    x, row, table = (batch, width, length), (batch, 4, 2, length), (4,)
+    calls = [([x, row], [table, x, x, x]),                                   # forward
+             ([x, row], [table, x, x, x, x, x, row]),                        # dq (and delta)
+             ([x, x], [table, x, x, x, x, row, row])]                        # dk, dv
+    tile = 2 * 128 * 128 * 128                                               # a head's product reads 128 lanes
+    values, rows = batch * length * width * 2, batch * 8 * length * 4
+    tiles = batch * 8 * 4
+    assert kernel.call_figures(*calls[0]) == (2 * tiles * tile, 4 * values + rows + 16)
+    assert kernel.call_figures(*calls[1], visible=0.5) == (3 * tiles // 2 * tile, 6 * values + 2 * rows + 16)
+    assert kernel.call_figures(*calls[2]) == (4 * tiles * tile, 6 * values + 2 * rows + 16)
+    masked_forward = ([x, row], [table, x, x, x, (2, 256, 128)])
+    assert kernel.call_figures(*masked_forward)[0] == 2 * tiles * tile
     bound = kernel.roofline(calls, 'tpu-v4')
-    assert bound['calls'] == 3 and bound['roofline_seconds'] == pytest.approx((2 + 3 + 4) * 4 * n * tile / 275e12)
+    assert bound['calls'] == 3 and bound['roofline_seconds'] == pytest.approx((2 + 3 + 4) * tiles * tile / 275e12)
     assert kernel.is_attention_call(calls[1][1]) and not kernel.is_attention_call([(8, 97, 512), (1024, 97)])
     assert kernel.visible_tiles(None, 916) == 1.0
     assert kernel.visible_tiles(attention_mask('window', 900, 16, 2).numpy(), 916) < 0.6
@@ -152,29 +174,42 @@ def test_devices_other_than_a_tpu_refuse_it_in_one_line():
 
 
 # ---- the torch side on 8 XLA devices ------------------------------------------------------
-def stand_in(runtime, kind, length, masked, inputs, shapes, dtypes):
-    """The kernels' outputs computed plainly in torch on one chip's tensors (all tiles of the
-    table at once)."""
-    table, qt, k, v = inputs[:4]
+def stand_in(runtime, kind, head_dim, masked, inputs, shapes, dtypes):
+    """The kernels' outputs computed plainly in torch on one chip's tensors [B, H x d, L] (all
+    tiles of the table at once)."""
+    table, q, k, v = inputs[:4]
     bias = inputs[4] if masked else None
-    n, d, padded = qt.shape
-    blocks = padded // kernel.BLOCK
+    batch, width, length = q.shape
+    blocks = kernel.blocks_of(length)
+
+    def split(t):   # [B, H x d, L] -> [B, H, L, d] float32
+        return t.float().view(batch, -1, head_dim, length).transpose(2, 3)
+
+    def join(t, dtype):
+        return t.transpose(2, 3).reshape(batch, width, length).to(dtype)
+
+    q, k, v = split(q), split(k), split(v)
     visible = table.view(blocks, blocks).repeat_interleave(kernel.BLOCK, 0).repeat_interleave(kernel.BLOCK, 1)
-    s = torch.einsum('nkd,ndq->nkq', k.float(), qt.float()) * d ** -0.5
-    s = s.masked_fill(visible.t() == 0, float('-inf'))
-    s = s + bias.float() if masked else s.masked_fill(torch.arange(padded, device=s.device)[:, None] >= length,
-                                                      float('-inf'))
+    s = torch.einsum('bhqd,bhkd->bhqk', q, k) * head_dim ** -0.5
+    s = s.masked_fill(visible[:length, :length] == 0, float('-inf'))
+    if masked:   # [blocks, P (keys), query block] -> [queries, keys]
+        s = s + bias.permute(1, 0, 2).reshape(bias.shape[1], -1)[:length, :length].t().float()
     if kind == 'forward':
-        lse = torch.logsumexp(s, dim=1, keepdim=True)
-        ot = torch.einsum('nkd,nkq->ndq', v.float(), torch.exp(s - lse))
-        return [ot.to(dtypes[0]), lse]
-    dot, lse, delta = (t.float() for t in inputs[-3:])
+        lse = torch.logsumexp(s, dim=-1)
+        return [join(torch.einsum('bhqk,bhkd->bhqd', torch.exp(s - lse[..., None]), v), dtypes[0]),
+                lse.reshape(shapes[1])]
+    dout = split(inputs[-3])
+    if kind == 'dq':   # dO, O, lse; delta formed here
+        lse = inputs[-1].view(batch, -1, length, 1)
+        delta = (dout * split(inputs[-2])).sum(-1, keepdim=True)
+    else:              # dO, lse, delta
+        lse, delta = (t.view(batch, -1, length, 1) for t in inputs[-2:])
     p = torch.exp(s - lse)
-    ds = p * (torch.einsum('nkd,ndq->nkq', v.float(), dot) - delta) * d ** -0.5
+    ds = p * (torch.einsum('bhqd,bhkd->bhqk', dout, v) - delta) * head_dim ** -0.5
     if kind == 'dq':
-        return [torch.einsum('nkd,nkq->ndq', k.float(), ds).to(dtypes[0])]
-    return [torch.einsum('nkq,ndq->nkd', ds, qt.float()).to(dtypes[0]),
-            torch.einsum('nkq,ndq->nkd', p, dot).to(dtypes[1])]
+        return [join(torch.einsum('bhqk,bhkd->bhqd', ds, k), dtypes[0]), delta.reshape(shapes[1])]
+    return [join(torch.einsum('bhqk,bhqd->bhkd', ds, q), dtypes[0]),
+            join(torch.einsum('bhqk,bhqd->bhkd', p, dout), dtypes[1])]
 
 
 def _one_update(kernel_on, monkeypatch, mask='full'):

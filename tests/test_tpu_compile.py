@@ -148,10 +148,10 @@ def test_a_step_with_kernels_adds_their_roofline_to_the_estimate_and_says_so():
 
 def test_every_line_whose_figure_holds_a_kernels_roofline_says_so():
     tpu_slice, _ = tpu_compile.slice_topology('v4-64')
-    n, d, padded = 192, 64, 1024
-    qt, kv, row = (n, d, padded), (n, padded, d), (n, 1, padded)
-    attention = [([qt, row], [(64,), qt, kv, kv])] * 2 + [([qt], [(64,), qt, kv, kv, qt, row, row]),
-                                                          ([kv, kv], [(64,), qt, kv, kv, qt, row, row])]
+    batch, heads, length = 24, 8, 1024                 # 8 blocks of 128
+    x, row = (batch, heads * 64, length), (batch, 4, 2, length)
+    attention = [([x, row], [(64,), x, x, x])] * 2 + [([x, row], [(64,), x, x, x, x, x, row]),
+                                                      ([x, x], [(64,), x, x, x, x, row, row])]
     x = (24, 97, 512)
     token_mix = [([x], [x, (1024, 97), (97, 512)])]
     meta = {'global_batch': 768, 'analytic_flops_per_example': 4e11, 'donated_bytes': 0, 'what': 'train',
@@ -165,7 +165,7 @@ def test_every_line_whose_figure_holds_a_kernels_roofline_says_so():
     assert by_kind['attention']['calls'] == 4 and by_kind['token mix']['calls'] == 1
     # Half the tiles under the mask: 2 + 2 + 3 + 4 products of 2 x 128 x 128 x 128 per tile.
     tile = 2 * 128 * 128 * 128
-    assert by_kind['attention']['mxu_flops'] == (2 + 2 + 3 + 4) * n * 64 * 0.5 * tile
+    assert by_kind['attention']['mxu_flops'] == (2 + 2 + 3 + 4) * batch * heads * 64 * 0.5 * tile
     assert r['estimated_step_ms'] == pytest.approx((0.050 + r['kernels']['roofline_seconds']) * 1e3)
     assert {'attention kernels (roofline)', 'token mix kernels (roofline)'} <= set(r['time_by_category'])
     lines = tpu_compile.report_lines('train_step', {**r, 'collectives': {}, 'matmuls': {}, 'compile_s': 1,

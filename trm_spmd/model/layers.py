@@ -203,7 +203,8 @@ class Attention(nn.Module):
     impl: 'dense' or 'blockwise' (model/attention.py); plan: the blockwise schedule of the
     sequence length and mask this layer sees (attention.schedule; may be None without a mask).
     kernel_fn (set by a backend, TRM.use_attention_kernel): fn(q, k, v, mask) -> the attention
-    output [B, H, L, Dh] computed by a kernel, in place of impl.
+    output computed by a kernel, in place of impl, all four [B, L, H, Dh] as the projection lays
+    them out (the kernels read them so, with no transposed copy).
     recompute_barrier (set by a backend, TRM.use_attention_recompute): the barrier behind which
     blockwise attention recomputes its scores (attention.blockwise), which keeps a compiler from
     storing them once for every use instead.
@@ -228,10 +229,10 @@ class Attention(nn.Module):
         q, k, v = self.qkv_proj(x).view(b, n, 3, self.num_heads, self.head_dim).unbind(dim=2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if self.kernel_fn is not None:
-            out = self.kernel_fn(q, k, v, mask)
-        elif self.impl == 'blockwise':
+            return self.o_proj(self.kernel_fn(q, k, v, mask).reshape(b, n, d))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if self.impl == 'blockwise':
             out = attention.blockwise(q, k, v, mask, self.plan, barrier=self.recompute_barrier)
         else:
             out = attention.dense(q, k, v, mask)

@@ -1,10 +1,11 @@
 """xla.attention_kernel: self-attention's core by the Pallas kernels of runtime/attention_kernel.py,
 each chip running them on its own examples (manual sharding), under torch autograd.
 
-The torch side lays the tensors out as the kernels read them (sequences padded to a multiple
-of 128, q and the output transposed so the queries lie on the lanes), derives the block table
-and the mask's bias from the model's mask inside the graph (no host read), and calls the
-kernels' tpu_custom_call per chip. Only runtime.xla imports this module.
+The kernels read q, k, v and write the output (and their gradients) as [B, H x d, L], the
+positions minor: the layout XLA gives the model's projections, so nothing is padded and the
+transposes to and from [B, L, H, d] are free. The torch side derives the block table and the
+mask's bias from the model's mask inside the graph (no host read) and calls the kernels'
+tpu_custom_call per chip. Only runtime.xla imports this module.
 """
 
 import os
@@ -13,17 +14,12 @@ import torch
 import torch.nn.functional as F
 
 
-def _layout(q, k, v, padded):
-    """q^T [B, H, d, P] and k, v [B, H, P, d], the positions padded with zeros to P."""
-    pad = padded - q.shape[-2]
-    qt = F.pad(q, (0, 0, 0, pad)).transpose(-1, -2)
-    return qt, F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
-
-
-def _table_and_bias(mask, length, padded, dtype, device, block):
-    """(table int32 [blocks^2], bias [blocks, P, 128] or None) of a boolean [L, L] mask or None,
-    as attention_kernel.padded_mask, table_of and bias_layout make them on the host: padded
-    keys masked (by the kernel itself without a mask), padded queries reading key 0 only."""
+def _table_and_bias(mask, length, dtype, device):
+    """(table int32 [blocks^2], bias [blocks, P, query block] or None) of a boolean [L, L] mask
+    or None, as attention_kernel.padded_mask, table_of and bias_layout make them on the host:
+    padded keys masked, padded queries reading key 0 only."""
+    from trm_spmd.runtime import attention_kernel as kernel
+    padded, block = kernel.padded_length(length), kernel.BLOCK
     blocks = padded // block
     if mask is None:
         return torch.ones(blocks * blocks, dtype=torch.int32, device=device), None
@@ -32,75 +28,82 @@ def _table_and_bias(mask, length, padded, dtype, device, block):
         key_0 = torch.arange(padded, device=device) == 0
         full = torch.cat([full[:length], key_0.expand(padded - length, padded)])
     table = full.view(blocks, block, blocks, block).any(3).any(1).reshape(-1).to(torch.int32)
+    width = kernel.query_block(length)
     bias = torch.zeros(padded, padded, dtype=dtype, device=device).masked_fill(~full.t(), float('-inf'))
-    return table, bias.view(padded, blocks, block).permute(1, 0, 2)
+    return table, bias[:, :blocks * width].view(padded, blocks, width).permute(1, 0, 2)
+
+
+def _lanes_by_position(t):
+    """[B, L, H, d] -> [B, H x d, L]."""
+    return t.flatten(2).transpose(1, 2)
+
+
+def _positions_by_head(t, heads):
+    """[B, H x d, L] -> [B, L, H, d]."""
+    return t.transpose(1, 2).unflatten(2, (heads, -1))
 
 
 def attention_kernel_fn(runtime):
-    """fn(q, k, v, mask) -> softmax(q k^T / sqrt(d), masked) v for q, k, v [B, H, L, d] (batch
-    sharded along the mesh's data axis), by the kernels, differentiable."""
-    from trm_spmd.runtime import attention_kernel as kernel
+    """fn(q, k, v, mask) -> softmax(q k^T / sqrt(d), masked) v for q, k, v [B, L, H, d] (batch
+    sharded along the mesh's data axis), [B, L, H, d], by the kernels, differentiable."""
 
     class FlashAttention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, mask):
-            length, padded = q.shape[-2], kernel.padded_length(q.shape[-2])
-            qt, kp, vp = _layout(q, k, v, padded)
-            table, bias = _table_and_bias(mask, length, padded, q.dtype, q.device, kernel.BLOCK)
-            ot, lse = _per_chip(runtime, 'forward', length, [table, qt, kp, vp, bias], [qt, 'row'])
-            out = ot.transpose(-1, -2)[..., :length, :]
-            ctx.save_for_backward(qt, kp, vp, table, bias, out, lse)
-            ctx.length = length
-            return out
+            b, length, heads, d = q.shape
+            q, k, v = (_lanes_by_position(t) for t in (q, k, v))
+            table, bias = _table_and_bias(mask, length, q.dtype, q.device)
+            out, lse = _per_chip(runtime, 'forward', d, [table, q, k, v, bias], [q, 'row'])
+            ctx.save_for_backward(q, k, v, table, bias, out, lse)
+            return _positions_by_head(out, heads)
 
         @staticmethod
         def backward(ctx, grad_out):
-            qt, kp, vp, table, bias, out, lse = ctx.saved_tensors
-            length, padded = ctx.length, qt.shape[-1]
-            grad_out = grad_out.to(qt.dtype)
-            dot = F.pad(grad_out, (0, 0, 0, padded - length)).transpose(-1, -2)
-            delta = F.pad((grad_out.float() * out.float()).sum(-1), (0, padded - length)).unsqueeze(-2)
-            operands = [table, qt, kp, vp, bias, dot, lse, delta]
-            dqt, = _per_chip(runtime, 'dq', length, operands, [qt])
-            dk, dv = _per_chip(runtime, 'dkv', length, operands, [kp, vp])
-            return (dqt.transpose(-1, -2)[..., :length, :], dk[..., :length, :], dv[..., :length, :], None)
+            q, k, v, table, bias, out, lse = ctx.saved_tensors
+            heads, d = grad_out.shape[2:]
+            dout = _lanes_by_position(grad_out.to(q.dtype))
+            dq, delta = _per_chip(runtime, 'dq', d, [table, q, k, v, bias, dout, out, lse], [q, 'row'])
+            dk, dv = _per_chip(runtime, 'dkv', d, [table, q, k, v, bias, dout, lse, delta], [k, v])
+            return tuple(_positions_by_head(t, heads) for t in (dq, dk, dv)) + (None,)
 
     return FlashAttention.apply
 
 
-def _per_chip(runtime, kind, length, operands, results):
-    """One kernel's custom call on every chip's own examples. operands: table, q^T, k, v,
-    bias or None, then the rest, global [B, H, ...] (table and bias replicated); results:
-    tensors shaped as each result, or 'row' for a [B, H, 1, P] float32 one. Returns the
-    results, global."""
+def _per_chip(runtime, kind, head_dim, operands, results):
+    """One kernel's custom call on every chip's own examples. operands: table, q, k, v, bias
+    or None, then the rest, global (table and bias replicated, the rest split by example);
+    results: tensors shaped as each result, or 'row' for the per-query rows, [B, groups,
+    heads per group, L] float32. Returns the results, global."""
+    from trm_spmd.runtime import attention_kernel as kernel
     xs, mesh = runtime._xs, runtime.mesh
-    table, qt, bias = operands[0], operands[1], operands[4]
-    batch, heads, d, padded = qt.shape
+    table, q, bias = operands[0], operands[1], operands[4]
+    batch, width, length = q.shape
+    group, heads = kernel.lane_groups(width, head_dim)
+    row = (batch, width // group, heads, length)
 
-    def local(t):
-        if t.dim() < 4:   # table, bias: every chip reads them whole
-            return xs.enable_manual_sharding(t, (None,) * t.dim(), mesh=mesh).global_tensor
-        t = xs.enable_manual_sharding(t, ('data',) + (None,) * 3, mesh=mesh).global_tensor
-        return t.reshape((-1,) + tuple(t.shape[2:]))   # [examples x heads, ...]
+    def local(t, by_example):
+        spec = (('data',) if by_example else (None,)) + (None,) * (t.dim() - 1)
+        return xs.enable_manual_sharding(t, spec, mesh=mesh).global_tensor
 
-    inputs = [local(t) for t in operands if t is not None]
-    n = inputs[1].shape[0]
-    shapes = [[n, 1, padded] if r == 'row' else [n] + list(r.shape[2:]) for r in results]
+    inputs = [local(t, i not in (0, 4)) for i, t in enumerate(operands) if t is not None]
+    shards = batch // inputs[1].shape[0]
+    shapes = [list(row if r == 'row' else r.shape) for r in results]
+    for shape in shapes:
+        shape[0] //= shards
     dtypes = [torch.float32 if r == 'row' else r.dtype for r in results]
-    outputs = custom_call(runtime, kind, length, bias is not None, inputs, shapes, dtypes)
-    spec = ('data',) + (None,) * 3
-    return [xs.disable_manual_sharding(o.reshape((n // heads, heads) + tuple(o.shape[1:])), spec,
-                                       (batch, heads) + tuple(o.shape[1:]), mesh=mesh).global_tensor
-            for o in outputs]
+    outputs = custom_call(runtime, kind, head_dim, bias is not None, inputs, shapes, dtypes)
+    return [xs.disable_manual_sharding(o, ('data',) + (None,) * (o.dim() - 1), (batch,) + tuple(o.shape[1:]),
+                                       mesh=mesh).global_tensor for o in outputs]
 
 
-def custom_call(runtime, kind, length, masked, inputs, shapes, dtypes):
+def custom_call(runtime, kind, head_dim, masked, inputs, shapes, dtypes):
     """The kernel's tpu_custom_call on one chip's tensors (`inputs` as attention_kernel's
     lowered_for_tpu takes them) -> its outputs."""
     # The TPU is torch_xla's: JAX only lowers the kernels and must open no device.
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
     from torch_xla.experimental.custom_kernel import _extract_backend_config
     from trm_spmd.runtime import attention_kernel as kernel
-    n, d, padded = inputs[1].shape
-    lowered = kernel.lowered_for_tpu(kind, n, d, padded, length, masked, str(inputs[1].dtype).removeprefix('torch.'))
+    batch, width, length = inputs[1].shape
+    lowered = kernel.lowered_for_tpu(kind, batch, length, width, head_dim, masked,
+                                     str(inputs[1].dtype).removeprefix('torch.'))
     return runtime._torch_xla._XLAC._xla_tpu_custom_call(inputs, _extract_backend_config(lowered), shapes, dtypes)
