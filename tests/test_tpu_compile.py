@@ -149,9 +149,9 @@ def test_a_step_with_kernels_adds_their_roofline_to_the_estimate_and_says_so():
 def test_every_line_whose_figure_holds_a_kernels_roofline_says_so():
     tpu_slice, _ = tpu_compile.slice_topology('v4-64')
     batch, heads, length = 24, 8, 1024                 # 8 blocks of 128
-    x, row = (batch, heads * 64, length), (batch, 4, 2, length)
-    attention = [([x, row], [(64,), x, x, x])] * 2 + [([x, row], [(64,), x, x, x, x, x, row]),
-                                                      ([x, x], [(64,), x, x, x, x, row, row])]
+    t, row = (batch, heads * 64, length), (batch, 4, 2, length)   # q^T and the like; per-query rows
+    attention = [([t, row], [(64,), t, t, t])] * 2 + [([t, row], [(64,), t, t, t, t, t, row]),
+                                                      ([t, t], [(64,), t, t, t, t, row, row])]
     x = (24, 97, 512)
     token_mix = [([x], [x, (1024, 97), (97, 512)])]
     meta = {'global_batch': 768, 'analytic_flops_per_example': 4e11, 'donated_bytes': 0, 'what': 'train',

@@ -204,7 +204,7 @@ class Attention(nn.Module):
     sequence length and mask this layer sees (attention.schedule; may be None without a mask).
     kernel_fn (set by a backend, TRM.use_attention_kernel): fn(q, k, v, mask) -> the attention
     output computed by a kernel, in place of impl, all four [B, L, H, Dh] as the projection lays
-    them out (the kernels read them so, with no transposed copy).
+    them out: the kernel takes them into its own layout.
     recompute_barrier (set by a backend, TRM.use_attention_recompute): the barrier behind which
     blockwise attention recomputes its scores (attention.blockwise), which keeps a compiler from
     storing them once for every use instead.
