@@ -141,6 +141,7 @@ def _forward_kernel(table_ref, qt_ref, kt_ref, vt_ref, *refs, scale, length, blo
         max_ref[...] = jnp.full(max_ref.shape, _NO_MAX, jnp.float32)
         sum_ref[...] = jnp.zeros(sum_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
         def from_keys(j, keys):
             vt = vt_ref[:, keys]
             s = _scores(kt_ref[:, keys], qt_h, bias_ref[i, keys, :] if masked else None, scale)
@@ -176,6 +177,7 @@ def _dq_kernel(table_ref, qt_ref, kt_ref, vt_ref, *refs, scale, length, blocks, 
         lse, delta = lse_ref[h:h + 1, :], jnp.sum(_only(products, head), axis=0, keepdims=True)
         delta_ref[h:h + 1, :] = delta
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
         def from_keys(j, keys):
             kt = kt_ref[:, keys]
             p = jnp.exp(_scores(kt, qt_h, bias_ref[i, keys, :] if masked else None, scale) - lse)
@@ -201,7 +203,7 @@ def _dkv_kernel(table_ref, qt_ref, kt_ref, vt_ref, *refs, scale, length, blocks,
     # Keys of a block past the sequence's end come from beyond it: their gradients are
     # dropped on writing, and they reach no other key's.
     for h in range(heads):
-        def from_queries(i, queries, h=h):
+        def from_queries(i, queries):
             qt, dot_ = qt_ref[:, queries], dot_ref[:, queries]
             head = _head_rows(qt.shape, h, d)
             # q and dO of head h alone: its products leave every other head's lanes zero.
