@@ -86,7 +86,6 @@ def _kernels(cfg, mask, rows, grad):
     from trm_spmd.runtime import tpu_aot
     d, length, width = cfg.head_dim, cfg.total_len, cfg.num_heads * cfg.head_dim
     blocks = kernel.blocks_of(length)
-    group, heads = kernel.lane_groups(width, d)
     masked = mask is not None
     device = tpu_aot.devices(tpu_aot.topology('v4', CHIPS))[0]
     sharding = jax.sharding.SingleDeviceSharding(device)
@@ -94,7 +93,7 @@ def _kernels(cfg, mask, rows, grad):
     def spec(shape, dtype=jnp.bfloat16):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
-    x, row = spec((rows, width, length)), spec((rows, width // group, heads, length), jnp.float32)
+    x, row = spec((rows, width, length)), spec(kernel.row_shape(rows, width, length, d), jnp.float32)
     table = spec((blocks * blocks,), jnp.int32)
     bias = [spec((blocks, kernel.padded_length(length), kernel.query_block(length)))] if masked else []
 

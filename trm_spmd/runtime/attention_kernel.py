@@ -62,6 +62,13 @@ def lane_groups(width, head_dim):
     return group, group // head_dim
 
 
+def row_shape(batch, width, length, head_dim):
+    """The per-query rows' shape (log-sum-exp, rowsum(dO * O)) for q^T [batch, width, length]:
+    [batch, lane groups, heads per group, length]."""
+    group, heads = lane_groups(width, head_dim)
+    return batch, width // group, heads, length
+
+
 def _contract(a, b, dims):
     import jax
     import jax.numpy as jnp
@@ -89,10 +96,10 @@ def table_of(full):
 
 def bias_layout(full_t, length):
     """[P (keys), P (queries)] -> [blocks, P, query_block(length)]: the kernels' layout of the
-    mask's bias, by query block."""
+    mask's bias, by query block (a numpy array or a torch tensor)."""
     padded, width = full_t.shape[0], query_block(length)
     blocks = padded // BLOCK
-    return full_t[:, :blocks * width].reshape(padded, blocks, width).transpose(1, 0, 2)
+    return full_t[:, :blocks * width].reshape(padded, blocks, width).swapaxes(0, 1)
 
 
 def _head_rows(shape, h, d):
@@ -259,7 +266,7 @@ def _call(kernel, name, operands, inputs, outputs, scratch, per_query_block, hea
                          f'{qt.shape}, {kt.shape} and {vt.shape}')
     blocks = blocks_of(length)
     specs = _specs(length, group, heads, None if bias is None else bias.shape, per_query_block)
-    full = {'q': qt.shape, 'kv': qt.shape, 'row': (batch, width // group, heads, length)}
+    full = {'q': qt.shape, 'kv': qt.shape, 'row': row_shape(*qt.shape, head_dim)}
     masked = bias is not None
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=1, grid=(batch, width // group, blocks),
@@ -322,10 +329,9 @@ def lowered_for_tpu(kind, batch, length, width, head_dim, masked, dtype='bfloat1
     import jax.numpy as jnp
     dt = jnp.dtype(dtype)
     blocks = blocks_of(length)
-    group, heads = lane_groups(width, head_dim)
     table = jax.ShapeDtypeStruct((blocks * blocks,), jnp.int32)
     x = jax.ShapeDtypeStruct((batch, width, length), dt)
-    row = jax.ShapeDtypeStruct((batch, width // group, heads, length), jnp.float32)
+    row = jax.ShapeDtypeStruct(row_shape(batch, width, length, head_dim), jnp.float32)
     bias = [jax.ShapeDtypeStruct((blocks, padded_length(length), query_block(length)), dt)] if masked else []
 
     def split(args):   # (table, q, k, v, bias or None, rest)

@@ -28,9 +28,8 @@ def _table_and_bias(mask, length, dtype, device):
         key_0 = torch.arange(padded, device=device) == 0
         full = torch.cat([full[:length], key_0.expand(padded - length, padded)])
     table = full.view(blocks, block, blocks, block).any(3).any(1).reshape(-1).to(torch.int32)
-    width = kernel.query_block(length)
     bias = torch.zeros(padded, padded, dtype=dtype, device=device).masked_fill(~full.t(), float('-inf'))
-    return table, bias[:, :blocks * width].view(padded, blocks, width).permute(1, 0, 2)
+    return table, kernel.bias_layout(bias, length)
 
 
 def _lanes_by_position(t):
@@ -76,20 +75,16 @@ def _per_chip(runtime, kind, head_dim, operands, results):
     heads per group, L] float32. Returns the results, global."""
     from trm_spmd.runtime import attention_kernel as kernel
     xs, mesh = runtime._xs, runtime.mesh
-    table, q, bias = operands[0], operands[1], operands[4]
-    batch, width, length = q.shape
-    group, heads = kernel.lane_groups(width, head_dim)
-    row = (batch, width // group, heads, length)
+    batch, bias = operands[1].shape[0], operands[4]
 
     def local(t, by_example):
         spec = (('data',) if by_example else (None,)) + (None,) * (t.dim() - 1)
         return xs.enable_manual_sharding(t, spec, mesh=mesh).global_tensor
 
     inputs = [local(t, i not in (0, 4)) for i, t in enumerate(operands) if t is not None]
-    shards = batch // inputs[1].shape[0]
-    shapes = [list(row if r == 'row' else r.shape) for r in results]
-    for shape in shapes:
-        shape[0] //= shards
+    q = inputs[1]   # this chip's examples
+    shapes = [list(kernel.row_shape(*q.shape, head_dim)) if r == 'row' else [q.shape[0], *r.shape[1:]]
+              for r in results]
     dtypes = [torch.float32 if r == 'row' else r.dtype for r in results]
     outputs = custom_call(runtime, kind, head_dim, bias is not None, inputs, shapes, dtypes)
     return [xs.disable_manual_sharding(o, ('data',) + (None,) * (o.dim() - 1), (batch,) + tuple(o.shape[1:]),
